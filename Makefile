@@ -1,0 +1,41 @@
+# make run: install into .venv and serve on http://127.0.0.1:8000 with the bundled CPU engine.
+# make test: install with test extras and run the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: run test install install-test accuracy bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/python -m app --port $(PORT)
+
+test: install-test
+	$(BIN)/python -m pytest -v -rs $(PYTEST_ARGS)
+
+accuracy: install
+	$(BIN)/python load/accuracy.py
+
+bench: install
+	$(BIN)/python load/bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,68 @@
+"""`python -m app`: run the service on this machine (what `make run` does).
+
+Starts a local Ray instance, deploys the graph with the default Settings (bundled
+CPU engine) or with the args of a serve config file, waits until it is RUNNING or
+failed, and serves until interrupted. On a cluster use `serve deploy serve_config.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _args_from_config(path: str | None) -> dict:
+    if not path:
+        return {}
+    with open(path) as handle:
+        config = yaml.safe_load(handle)
+    return config["applications"][0].get("args", {}) or {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--config", help="serve config file whose applications[0].args to use")
+    parser.add_argument("--num-cpus", type=int, default=None, help="logical CPUs for the local Ray instance")
+    parser.add_argument("--num-gpus", type=int, default=None, help="GPUs for the local Ray instance (default: detect)")
+    parser.add_argument("--start-timeout", type=float, default=300.0)
+    options = parser.parse_args(argv)
+
+    import ray
+    from ray import serve
+
+    from app.builder import build_app
+    from app.deploy import deploy
+
+    ray.init(num_cpus=options.num_cpus, num_gpus=options.num_gpus, include_dashboard=False)
+    serve.start(http_options={"host": options.host, "port": options.port})
+    try:
+        deploy(build_app(_args_from_config(options.config)), name="ocr", timeout_s=options.start_timeout)
+    except Exception as exc:
+        print(f"error: the service did not start: {exc}", file=sys.stderr)
+        serve.shutdown()
+        ray.shutdown()
+        return 1
+    print(f"OCR service ready at http://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    serve.shutdown()
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Turning uploaded bytes into page images: pure functions, no Ray.
+
+Every way an upload can be wrong ends here as a typed 4xx error: empty, of an
+unsupported type, undecodable, too many pixels, too many pages, an encrypted or
+broken PDF, or a page selection that does not exist.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+import pypdfium2 as pdfium
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from app.config import Limits
+from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
+
+# PDFium is not thread-safe, and the preprocessor decodes in worker threads.
+_PDFIUM_LOCK = threading.Lock()
+
+_IMAGE_MAGIC = (
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff",  # JPEG
+    b"GIF87a",
+    b"GIF89a",
+    b"II*\x00",  # TIFF, little-endian
+    b"MM\x00*",  # TIFF, big-endian
+    b"BM",
+)
+_ACCEPTED_DECLARED = ("image/", "application/pdf", "application/octet-stream")
+
+
+@dataclass
+class DecodedPage:
+    image: Image.Image  # mode L or RGB, upright
+    page_number: int  # 1-based
+    dpi: Optional[float] = None
+
+
+def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
+    """'pdf' or 'image', from the bytes themselves; the declared type only decides 415 vs 422."""
+    if not data:
+        raise BadRequest("The uploaded file is empty.", code="empty_file")
+    declared = (declared_type or "").split(";")[0].strip().lower()
+    if declared and not declared.startswith(_ACCEPTED_DECLARED):
+        raise UnsupportedMediaType(
+            f"Content type '{declared}' is not supported; send an image (image/*) or a PDF (application/pdf)."
+        )
+    head = data[:16]
+    if head.startswith(b"%PDF-") or b"%PDF-" in data[:1024]:
+        return "pdf"
+    if head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP"):
+        return "image"
+    if declared == "application/pdf":
+        raise UnprocessableDocument("The file is declared as a PDF but has no PDF header.", code="corrupt_pdf")
+    if declared.startswith("image/"):
+        return "image"  # let the decoder try, and say 422 if it cannot
+    raise UnsupportedMediaType("The file is neither a supported image nor a PDF.")
+
+
+def parse_page_spec(spec: Optional[str], page_count: int, max_pages: int) -> list[int]:
+    """'1-3,7' -> [0, 1, 2, 6]; '5-' is page 5 to the end (0-based, in document order, no repeats), within the page limit."""
+    if not spec or not spec.strip():
+        selected = list(range(page_count))
+    else:
+        chosen: set[int] = set()
+        for part in spec.split(","):
+            chosen.update(_parse_range(part.strip(), page_count))
+        selected = sorted(chosen)
+    if len(selected) > max_pages:
+        raise PayloadTooLarge(
+            f"The document has {len(selected)} pages to process; the limit is max_pages={max_pages}. "
+            "Select fewer with the 'pages' parameter.",
+            code="too_many_pages",
+        )
+    return selected
+
+
+def _parse_range(part: str, page_count: int) -> range:
+    try:
+        first, dash, last = part.partition("-")
+        start = int(first)
+        end = int(last) if last else (page_count if dash else start)  # "5-" runs to the last page
+    except ValueError:
+        raise BadRequest(f"Bad page selection '{part}': use e.g. '1-3,7'.", code="invalid_pages") from None
+    if start < 1 or end < start or end > page_count:
+        raise BadRequest(
+            f"Page selection '{part}' is outside the document's {page_count} page(s).", code="invalid_pages"
+        )
+    return range(start - 1, end)
+
+
+def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
+    """Pages in document order, decoded one at a time; every check on the whole document runs first."""
+    kind = sniff_kind(data, declared_type)
+    return _rasterise_pdf(data, pages, limits) if kind == "pdf" else _decode_image(data, pages, limits)
+
+
+def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits) -> list[DecodedPage]:
+    return list(iter_pages(data, declared_type, pages, limits))
+
+
+def _decode_image(data: bytes, pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
+    try:
+        img = Image.open(io.BytesIO(data))
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise UnprocessableDocument(f"The image could not be decoded: {exc}", code="corrupt_image") from None
+    except Image.DecompressionBombError as exc:
+        raise PayloadTooLarge(str(exc), code="image_too_large") from None
+    frames = getattr(img, "n_frames", 1)  # multi-page TIFF: one page per frame
+    for frame in parse_page_spec(pages, frames, limits.max_pages):
+        try:
+            img.seek(frame)
+            _check_pixels(img.size, limits.max_image_pixels)
+            img.load()
+            page = ImageOps.exif_transpose(img) if frame == 0 else img.copy()
+            yield DecodedPage(_to_engine_mode(page), page_number=frame + 1)
+        except (OSError, ValueError, SyntaxError, EOFError) as exc:
+            raise UnprocessableDocument(f"The image could not be decoded: {exc}", code="corrupt_image") from None
+        except Image.DecompressionBombError as exc:
+            raise PayloadTooLarge(str(exc), code="image_too_large") from None
+
+
+def _check_pixels(size: tuple[int, int], max_pixels: int) -> None:
+    width, height = size
+    if width <= 0 or height <= 0:
+        raise UnprocessableDocument("The image has no pixels.", code="corrupt_image")
+    if width * height > max_pixels:
+        raise PayloadTooLarge(
+            f"The image is {width}x{height} = {width * height} pixels; the limit is max_image_pixels={max_pixels}.",
+            code="image_too_large",
+        )
+
+
+def _to_engine_mode(img: Image.Image) -> Image.Image:
+    """Grey stays grey (smaller payloads), everything else becomes RGB; transparency goes on white."""
+    if img.mode in ("L", "RGB"):
+        return img
+    if img.mode == "1":
+        return img.convert("L")
+    if img.mode.startswith(("I", "F")):  # 16/32-bit grey scans: stretch into 8 bits
+        arr = np.asarray(img, dtype=np.float64)
+        span = float(arr.max() - arr.min()) or 1.0
+        return Image.fromarray(((arr - arr.min()) * (255.0 / span)).astype(np.uint8), "L")
+    if img.mode in ("LA", "La"):
+        return _on_white(img.convert("RGBA")).convert("L")
+    if "A" in img.mode or "transparency" in img.info:
+        return _on_white(img.convert("RGBA"))
+    return img.convert("RGB")
+
+
+def _on_white(rgba: Image.Image) -> Image.Image:
+    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(background, rgba).convert("RGB")
+
+
+def _rasterise_pdf(data: bytes, pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
+    with _PDFIUM_LOCK:
+        pdf = _open_pdf(data)
+    try:
+        with _PDFIUM_LOCK:
+            count = len(pdf)
+        if count == 0:
+            raise UnprocessableDocument("The PDF has no pages.", code="corrupt_pdf")
+        for index in parse_page_spec(pages, count, limits.max_pages):
+            with _PDFIUM_LOCK:
+                page = _render_page(pdf, index, limits)
+            yield page
+    finally:
+        with _PDFIUM_LOCK:
+            pdf.close()
+
+
+def _open_pdf(data: bytes) -> pdfium.PdfDocument:
+    try:
+        return pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            raise UnprocessableDocument(
+                "The PDF is encrypted with a password; send an unencrypted copy.", code="encrypted_pdf"
+            ) from None
+        raise UnprocessableDocument(f"The PDF could not be opened: {exc}", code="corrupt_pdf") from None
+
+
+def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits) -> DecodedPage:
+    try:
+        page = pdf[index]
+        width_pt, height_pt = page.get_size()
+        if width_pt <= 0 or height_pt <= 0:
+            raise UnprocessableDocument(f"PDF page {index + 1} has no area.", code="corrupt_pdf")
+        dpi = _page_dpi(width_pt, height_pt, limits)
+        image = page.render(scale=dpi / 72.0, grayscale=False).to_pil()
+        page.close()
+    except pdfium.PdfiumError as exc:
+        raise UnprocessableDocument(f"PDF page {index + 1} could not be rendered: {exc}", code="corrupt_pdf") from None
+    return DecodedPage(_to_engine_mode(image), page_number=index + 1, dpi=dpi)
+
+
+def _page_dpi(width_pt: float, height_pt: float, limits: Limits) -> float:
+    """The configured dpi, lowered for oversized pages so a render never exceeds the pixel limit."""
+    dpi = float(limits.pdf_dpi)
+    pixels = (width_pt * dpi / 72.0) * (height_pt * dpi / 72.0)
+    if pixels > limits.max_pdf_page_pixels:
+        dpi *= (limits.max_pdf_page_pixels / pixels) ** 0.5
+    return dpi
+
+
+def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Image.Image, float]:
+    """Downscale (never upscale) so the image fits the engine's input budget; returns the scale used."""
+    width, height = img.size
+    scale = min(1.0, max_side / max(width, height), (max_pixels / (width * height)) ** 0.5)
+    if scale >= 1.0:
+        return img, 1.0
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return img.resize(size, Image.Resampling.LANCZOS), scale
+
+
+def encode_png(img: Image.Image) -> bytes:
+    """Lossless and fast: level 1 compresses text pages well at a fraction of the default's cost."""
+    buffer = io.BytesIO()
+    img.save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as img:
+        return np.asarray(img.convert("RGB"))

@@ -1,0 +1,43 @@
+"""The interface every OCR engine implements, and the facts the pipeline needs about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from app.schemas import TextLine
+
+
+@dataclass(frozen=True)
+class InputBudget:
+    """The largest page the engine takes; the preprocessor downsizes anything bigger."""
+
+    max_side: int
+    max_pixels: int
+
+
+@dataclass
+class EngineInfo:
+    name: str
+    version: str
+    device: str
+    details: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class OCREngine(Protocol):
+    info: EngineInfo
+
+    def load(self) -> None:
+        """Load weights from local disk only. Raise with a clear message if they are missing."""
+
+    def warmup(self) -> None:
+        """Run a synthetic page so the first real request pays no lazy-initialisation cost."""
+
+    def infer(self, pages: list[np.ndarray]) -> list[list[TextLine]]:
+        """OCR a batch of RGB (H, W, 3) uint8 pages; one list of lines per page, in input order."""
+
+    def check_health(self) -> None:
+        """Raise if the engine or its device can no longer serve."""

@@ -1,0 +1,162 @@
+"""The OCR deployment: one engine per replica, pages batched under a page and pixel budget.
+
+Callers send one page at a time (`infer`); `@serve.batch` gathers concurrent pages
+into one engine call. The batcher is built per replica so that all three knobs of
+`BatchConfig` (`user_config`) apply live through `reconfigure()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import time
+from typing import Optional
+
+import ray
+from ray import serve
+
+from app.config import BatchConfig, Settings
+from app.documents import decode_png
+from app.engines import build_engine
+from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
+from app.schemas import PageOCR, PagePayload
+
+logger = logging.getLogger("ray.serve")
+
+
+def replica_cpu_share(default: float = 1.0) -> float:
+    try:
+        return float(ray.get_runtime_context().get_assigned_resources().get("CPU", default))
+    except Exception:  # outside a Ray worker
+        return default
+
+
+def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
+    """Batch size in page slots, counting pixels too: fits iff pages <= max and pixels <= budget.
+
+    `@serve.batch` compares this with `max_batch_size`. A page's pixels are capped at the
+    budget so one page alone always fits. It must never raise (an exception here hangs
+    the batch queue, ray-project/ray#66140), so anything odd counts as one full slot.
+    """
+    try:
+        pixels = sum(min(page.pixels, max_batch_pixels) for page in pages)
+        by_pixels = math.ceil(pixels * max_batch_size / max_batch_pixels)
+        return max(len(pages), by_pixels)
+    except Exception:
+        return len(pages)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=10)
+class OCRModel:
+    def __init__(self, settings: Settings):
+        threads = settings.engine_threads or max(1, math.ceil(replica_cpu_share()))
+        self._engine = build_engine(settings, threads=threads)
+        start = time.perf_counter()
+        self._engine.load()
+        if settings.warmup:
+            self._engine.warmup()
+        logger.info("engine %s ready in %.2fs", self._engine.info, time.perf_counter() - start)
+        self._config: Optional[BatchConfig] = None
+        self._batcher = None
+        self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
+        self.reconfigure(settings.batching.model_dump())
+
+    def reconfigure(self, user_config: dict) -> None:
+        config = BatchConfig.model_validate(user_config or {})
+        if self._batcher is None or config.max_concurrent_batches != self._config.max_concurrent_batches:
+            # max_concurrent_batches has no setter: a new batcher takes the new requests,
+            # the old one drains what it already holds.
+            self._batcher = serve.batch(
+                max_batch_size=config.max_batch_size,
+                batch_wait_timeout_s=config.batch_wait_timeout_s,
+                max_concurrent_batches=config.max_concurrent_batches,
+                batch_size_fn=lambda pages: batch_cost(pages, config.max_batch_size, config.max_batch_pixels),
+            )(self._run_batch)
+        else:
+            self._batcher.set_max_batch_size(config.max_batch_size)
+            self._batcher.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
+        self._config = config
+        logger.info("batching: %s", config)
+
+    async def infer(self, page: PagePayload) -> PageOCR:
+        outcome = await self._batcher(page)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def _run_batch(self, pages: list[PagePayload]) -> list:
+        return await asyncio.to_thread(self._infer_batch, pages)
+
+    def _infer_batch(self, pages: list[PagePayload]) -> list:
+        """One result or one exception per page: a bad page never fails its batch-mates."""
+        start = time.perf_counter()
+        images, outcomes = [], [None] * len(pages)
+        for i, page in enumerate(pages):
+            try:
+                images.append((i, decode_png(page.png)))
+            except Exception as exc:
+                outcomes[i] = UnprocessableDocument(f"page {page.page_number}: undecodable payload ({exc})")
+        decode_ms = (time.perf_counter() - start) * 1000
+        results = self._run_engine([img for _, img in images], [pages[i] for i, _ in images])
+        engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
+        batch_pixels = sum(page.pixels for page in pages)
+        for (i, _), result in zip(images, results):
+            if isinstance(result, BaseException):
+                outcomes[i] = result
+                continue
+            outcomes[i] = PageOCR(
+                page=dataclasses.replace(pages[i], png=b""),  # the image is not needed downstream
+                lines=result,
+                batch_size=len(pages),
+                batch_pixels=batch_pixels,
+                timings_ms={"ocr_decode": round(decode_ms, 1), "engine_batch": round(engine_ms, 1)},
+            )
+        self._record(pages, outcomes, engine_ms)
+        return outcomes
+
+    def _run_engine(self, images: list, pages: list[PagePayload]) -> list:
+        if not images:
+            return []
+        try:
+            return self._engine.infer(images)
+        except Exception as exc:
+            if len(images) == 1:
+                logger.exception("engine failed on request %s page %s", pages[0].request_id, pages[0].page_number)
+                return [self._as_error(exc, pages[0])]
+        # Find the page that broke the batch: run each alone.
+        return [self._run_engine([image], [page])[0] for image, page in zip(images, pages)]
+
+    @staticmethod
+    def _as_error(exc: Exception, page: PagePayload) -> OCRServiceError:
+        if isinstance(exc, OCRServiceError):
+            return exc
+        return EngineFailure(f"The OCR engine failed on page {page.page_number}: {type(exc).__name__}: {exc}")
+
+    def _record(self, pages: list[PagePayload], outcomes: list, engine_ms: float) -> None:
+        self._stats["batches"] += 1
+        self._stats["pages"] += len(pages)
+        self._stats["max_batch_size"] = max(self._stats["max_batch_size"], len(pages))
+        self._stats["failed_pages"] += sum(isinstance(o, BaseException) for o in outcomes)
+        logger.info(
+            "batch pages=%d pixels=%d engine_ms=%.0f requests=%s",
+            len(pages), sum(p.pixels for p in pages), engine_ms, sorted({p.request_id for p in pages}),
+        )
+
+    def info(self) -> dict:
+        context = ray.get_runtime_context()
+        return {
+            **dataclasses.asdict(self._engine.info),
+            "batching": self._config.model_dump(),
+            "stats": self._stats,
+            "placement": {
+                "replica": serve.get_replica_context().replica_id.unique_id,
+                "node_id": context.get_node_id(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "resources": context.get_assigned_resources(),
+            },
+        }
+
+    def check_health(self) -> None:
+        self._engine.check_health()

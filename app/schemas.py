@@ -1,0 +1,52 @@
+"""What travels between deployments.
+
+Plain dataclasses of bytes, numbers and strings: cheap to pickle, no PIL objects,
+and a page image is compact PNG bytes so a payload stays far below Ray's
+inter-deployment message cap (4 MiB over gRPC) even for a full A4 page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class PagePayload:
+    """One page, ready for the engine: the preprocessor's output, the OCR model's input."""
+
+    request_id: str
+    index: int  # 0-based position in the response
+    page_number: int  # 1-based page (or frame) number in the source document
+    png: bytes  # lossless PNG at engine resolution (mode L or RGB)
+    width: int  # engine-resolution size
+    height: int
+    source_width: int  # the coordinate space of returned boxes
+    source_height: int
+    scale: float  # engine pixels per source pixel (<= 1)
+    dpi: Optional[float] = None  # set for rasterised PDF pages
+    timings_ms: dict = field(default_factory=dict)
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+
+@dataclass
+class TextLine:
+    """One detected text region: a quadrilateral in engine pixels, its text and score."""
+
+    quad: list  # [[x, y]] * 4, clockwise from top-left
+    text: str
+    confidence: float
+
+
+@dataclass
+class PageOCR:
+    """The OCR model's output for one page, handed on to the postprocessor."""
+
+    page: PagePayload
+    lines: list  # list[TextLine]
+    batch_size: int  # pages in the engine call that produced this result
+    batch_pixels: int
+    timings_ms: dict = field(default_factory=dict)

@@ -1,0 +1,80 @@
+"""Reading an upload without trusting it: a bounded body, then multipart or a raw image/PDF body."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
+from starlette.requests import ClientDisconnect, Request
+
+from app.errors import BadRequest, PayloadTooLarge
+
+
+@dataclass
+class Upload:
+    data: bytes
+    content_type: Optional[str]  # as declared by the client, checked against the bytes later
+    filename: Optional[str]
+    pages: Optional[str]
+
+
+async def read_upload(request: Request, max_bytes: int) -> Upload:
+    body = await _read_bounded(request, max_bytes)
+    content_type = request.headers.get("content-type", "")
+    pages = request.query_params.get("pages")
+    if content_type.lower().startswith("multipart/form-data"):
+        return await _from_multipart(request, body, pages)
+    if not body:
+        raise BadRequest("The request has no body: send multipart field 'file' or the raw document.", code="empty_file")
+    return Upload(body, content_type or None, None, pages)
+
+
+async def _read_bounded(request: Request, max_bytes: int) -> bytes:
+    """Refuse an oversized body from its Content-Length, or as soon as the stream passes the limit."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(int(declared), max_bytes)
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise _too_large(size, max_bytes)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise BadRequest("The client disconnected before the upload finished.", code="incomplete_upload") from None
+    return b"".join(chunks)
+
+
+def _too_large(size: int, max_bytes: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The upload is {size} bytes or more; the limit is max_upload_bytes={max_bytes}.", code="upload_too_large"
+    )
+
+
+async def _from_multipart(request: Request, body: bytes, pages: Optional[str]) -> Upload:
+    async def replay():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, receive=replay).form(max_files=1, max_fields=8)
+    except (HTTPException, MultiPartException, ValueError, KeyError) as exc:
+        detail = getattr(exc, "detail", None) or getattr(exc, "message", None) or exc
+        raise BadRequest(f"Malformed multipart body: {detail}", code="malformed_request") from None
+    try:
+        file = form.get("file")
+        if not isinstance(file, UploadFile):
+            raise BadRequest("Multipart field 'file' is missing or is not a file.", code="missing_file")
+        data = await file.read()
+        form_pages = form.get("pages")
+        return Upload(
+            data=data,
+            content_type=file.content_type,
+            filename=file.filename,
+            pages=form_pages if isinstance(form_pages, str) else pages,
+        )
+    finally:
+        await form.close()

@@ -1,0 +1,105 @@
+"""One Ray instance and one Serve application for the whole session.
+
+Ray gets one logical GPU, so the OCR replicas' `num_gpus: 0.25` is placed for real
+(four of them share it) while the engine itself runs on the CPU. Tests marked
+`own_cluster` start a separate `ray start` cluster; they run first, before this
+session's Ray exists, so the two never compete for the machine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+
+import httpx
+import pytest
+from PIL import Image
+
+from app.synthetic import render_text_page
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+OCR_REPLICAS = 4
+TEST_LIMITS = {
+    "max_upload_bytes": 3 * 1024 * 1024,
+    "max_pages": 5,
+    "max_image_pixels": 25_000_000,
+    "pdf_dpi": 100,
+}
+TEST_ARGS = {
+    "engine": "ppocr",
+    "engine_threads": 1,
+    "ocr_replicas": OCR_REPLICAS,
+    "ocr_num_cpus": 0.5,
+    "ocr_num_gpus": 0.25,
+    "limits": TEST_LIMITS,
+    # A generous wait so that concurrent pages reliably meet in one batch.
+    "batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.3, "max_concurrent_batches": 1},
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: 0 if item.get_closest_marker("own_cluster") else 1)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    ray.init(address="local", num_cpus=8, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield ray
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def service_url(ray_session) -> str:
+    from ray import serve
+
+    from app.builder import build_app
+    from app.deploy import deploy
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    deploy(build_app(TEST_ARGS), name="ocr", timeout_s=240)
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def client(service_url):
+    with httpx.Client(base_url=service_url, timeout=120) as http:
+        yield http
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def pdf_bytes(images: list[Image.Image]) -> bytes:
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=100)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="session")
+def invoice_png() -> bytes:
+    return png_bytes(render_text_page(["INVOICE 4711", "Total amount 57.80 EUR", "Thank you"]))
+
+
+@pytest.fixture(scope="session")
+def three_page_pdf() -> bytes:
+    pages = [render_text_page([f"Page {word} of three", f"Section {word.upper()}"]) for word in ("one", "two", "three")]
+    return pdf_bytes(pages)

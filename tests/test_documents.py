@@ -1,0 +1,131 @@
+"""Decoding and rasterising, without Ray: every bad input maps to its typed error."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from app.config import Limits
+from app.documents import fit_to_budget, load_pages, parse_page_spec, sniff_kind
+from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
+from tests.conftest import pdf_bytes, png_bytes
+
+LIMITS = Limits(max_pages=4, max_image_pixels=1_000_000, pdf_dpi=72, max_pdf_page_pixels=2_000_000)
+
+
+def encoded(image: Image.Image, fmt: str, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **options)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [(None, [0, 1, 2, 3, 4, 5]), ("", [0, 1, 2, 3, 4, 5]), ("1-3", [0, 1, 2]), ("6,2", [1, 5]), ("2-3,3", [1, 2]), ("5-", [4, 5])],
+)
+def test_page_spec(spec, expected):
+    assert parse_page_spec(spec, 6, max_pages=10) == expected
+
+
+@pytest.mark.parametrize("spec", ["0", "3-1", "7", "a-b", "-2", "1,,2"])
+def test_bad_page_spec(spec):
+    with pytest.raises(BadRequest) as caught:
+        parse_page_spec(spec, 6, max_pages=10)
+    assert caught.value.code == "invalid_pages"
+
+
+def test_page_limit_counts_selected_pages():
+    assert parse_page_spec("1-2", 100, max_pages=2) == [0, 1]
+    with pytest.raises(PayloadTooLarge, match="max_pages=2"):
+        parse_page_spec(None, 3, max_pages=2)
+
+
+def test_sniff_trusts_bytes_over_declared_type():
+    pdf = pdf_bytes([Image.new("RGB", (50, 50), "white")])
+    assert sniff_kind(pdf, "application/octet-stream") == "pdf"
+    assert sniff_kind(pdf, None) == "pdf"
+    assert sniff_kind(encoded(Image.new("RGB", (5, 5)), "JPEG"), "application/pdf") == "image"
+    with pytest.raises(UnsupportedMediaType):
+        sniff_kind(b"plain words", None)
+    with pytest.raises(UnsupportedMediaType):
+        sniff_kind(encoded(Image.new("RGB", (5, 5)), "PNG"), "text/html")
+    with pytest.raises(BadRequest):
+        sniff_kind(b"", "image/png")
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "1", "RGBA", "LA", "P", "CMYK", "I;16"])
+def test_every_common_mode_decodes_to_l_or_rgb(mode):
+    image = Image.new("RGB", (40, 30), "white").convert(mode)
+    fmt = "TIFF" if mode in ("CMYK", "I;16") else "PNG"
+    [page] = load_pages(encoded(image, fmt), None, None, LIMITS)
+    assert page.image.mode in ("L", "RGB")
+    assert page.image.size == (40, 30)
+
+
+def test_transparent_pixels_become_white():
+    image = Image.new("RGBA", (10, 10), (0, 0, 0, 0))
+    [page] = load_pages(png_bytes(image), "image/png", None, LIMITS)
+    assert page.image.convert("L").getpixel((5, 5)) == 255
+
+
+def test_exif_orientation_is_applied():
+    image = Image.new("RGB", (60, 20), "white")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise on display
+    [page] = load_pages(encoded(image, "JPEG", exif=exif), "image/jpeg", None, LIMITS)
+    assert page.image.size == (20, 60)
+
+
+def test_multipage_tiff_is_one_page_per_frame():
+    frames = [Image.new("L", (30, 30), shade) for shade in (0, 128, 255)]
+    data = encoded(frames[0], "TIFF", save_all=True, append_images=frames[1:])
+    pages = load_pages(data, "image/tiff", "2-3", LIMITS)
+    assert [p.page_number for p in pages] == [2, 3]
+    assert pages[1].image.getpixel((1, 1)) == 255
+
+
+def test_pixel_limit_is_checked_before_decoding():
+    with pytest.raises(PayloadTooLarge, match="max_image_pixels"):
+        load_pages(png_bytes(Image.new("L", (1001, 1000))), "image/png", None, LIMITS)
+
+
+def test_pdf_pages_render_at_configured_dpi():
+    pdf = pdf_bytes([Image.new("RGB", (144, 72), "white"), Image.new("RGB", (72, 72), "white")])  # at 100 dpi
+    pages = load_pages(pdf, "application/pdf", None, LIMITS)
+    assert [p.page_number for p in pages] == [1, 2]
+    assert pages[0].dpi == 72
+    assert abs(pages[0].image.width - 144 * 72 / 100) <= 1
+
+
+def test_oversized_pdf_page_renders_at_lower_dpi():
+    pdf = pdf_bytes([Image.new("RGB", (3000, 3000), "white")])  # 30 in square at 100 dpi
+    [page] = load_pages(pdf, "application/pdf", None, Limits(pdf_dpi=150, max_pdf_page_pixels=1_000_000))
+    assert page.image.width * page.image.height <= 1_000_000
+    assert page.dpi < 150
+
+
+def test_broken_and_encrypted_pdfs():
+    with pytest.raises(UnprocessableDocument) as caught:
+        load_pages(b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF", None, None, LIMITS)
+    assert caught.value.code == "corrupt_pdf"
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf_bytes([Image.new("RGB", (50, 50))]))))
+    writer.encrypt(user_password="pw", algorithm="RC4-128")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    with pytest.raises(UnprocessableDocument) as caught:
+        load_pages(buffer.getvalue(), None, None, LIMITS)
+    assert caught.value.code == "encrypted_pdf"
+
+
+def test_fit_to_budget_only_shrinks():
+    image = Image.new("RGB", (4000, 1000))
+    resized, scale = fit_to_budget(image, max_side=2000, max_pixels=10**9)
+    assert resized.size == (2000, 500) and scale == 0.5
+    resized, scale = fit_to_budget(image, max_side=5000, max_pixels=1_000_000)
+    assert resized.width * resized.height <= 1_000_000 and scale == pytest.approx(0.5)
+    same, scale = fit_to_budget(Image.new("RGB", (10, 10)), 2000, 10**6)
+    assert scale == 1.0 and same.size == (10, 10)

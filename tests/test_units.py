@@ -1,0 +1,89 @@
+"""Small pieces: the batch cost, the error taxonomy, settings and the fleet config file."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.exceptions import RayTaskError
+from ray.serve.exceptions import BackPressureError
+from ray.serve.schema import ServeDeploySchema
+
+from app.builder import GPUCapacityError, check_gpu_capacity
+from app.config import Settings
+from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, ServiceUnavailable, to_error, unwrap
+from app.ocr_model import batch_cost
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Page:
+    def __init__(self, pixels):
+        self.pixels = pixels
+
+
+def test_batch_cost_counts_pages_and_pixels():
+    assert batch_cost([Page(10)] * 3, max_batch_size=8, max_batch_pixels=1000) == 3
+    assert batch_cost([Page(500)] * 2, 8, 1000) == 8  # the pixel budget is full
+    assert batch_cost([Page(600)] * 2, 8, 1000) > 8  # over the budget: does not fit
+    assert batch_cost([Page(10**9)], 8, 1000) == 8  # one huge page alone always fits
+
+
+def test_batch_cost_never_raises():
+    assert batch_cost([object(), None], 8, 1000) == 2
+    assert batch_cost([], 8, 1000) == 0
+
+
+def test_errors_keep_code_through_pickle_and_ray_task_error():
+    error = PayloadTooLarge("too big", code="too_many_pages")
+    clone = pickle.loads(pickle.dumps(error))
+    assert (type(clone), clone.code, clone.message) == (PayloadTooLarge, "too_many_pages", "too big")
+    wrapped = RayTaskError("infer", "traceback", error)
+    twice = RayTaskError("process", "traceback", wrapped)
+    assert unwrap(twice) is error
+    assert to_error(twice).status == 413
+
+
+def test_error_mapping_of_ray_and_unknown_errors():
+    overloaded = to_error(BackPressureError(num_queued_requests=10, max_queued_requests=10))
+    assert (overloaded.status, overloaded.retryable, overloaded.code) == (503, True, "overloaded")
+    assert overloaded.retry_after_s
+    unknown = to_error(ZeroDivisionError("x"))
+    assert unknown.status == 500 and not unknown.retryable
+    assert to_error(BadRequest("b")).body() == {"error": {"code": "bad_request", "message": "b", "retryable": False}}
+    assert isinstance(ServiceUnavailable("s"), OCRServiceError) and ServiceUnavailable("s").retryable
+
+
+def test_settings_reject_unknown_keys_and_bad_values():
+    with pytest.raises(ValueError):
+        Settings.model_validate({"engin": "ppocr"})
+    with pytest.raises(ValueError):
+        Settings.model_validate({"limits": {"max_pages": 0}})
+    with pytest.raises(ValueError):
+        Settings.model_validate({"device": "cuda", "ocr_num_gpus": 0})
+
+
+def test_gpu_request_without_gpus_fails_with_a_clear_message():
+    check_gpu_capacity(Settings(ocr_num_gpus=0), cluster_gpus=0)
+    check_gpu_capacity(Settings(ocr_num_gpus=0.25, ocr_replicas=4), cluster_gpus=1)
+    with pytest.raises(GPUCapacityError, match="has 0"):
+        check_gpu_capacity(Settings(ocr_num_gpus=0.25), cluster_gpus=0)
+    with pytest.raises(GPUCapacityError, match="= 1.25 GPU"):
+        check_gpu_capacity(Settings(ocr_num_gpus=0.25, ocr_replicas=5), cluster_gpus=1)
+
+
+def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    schema = ServeDeploySchema.model_validate(config)
+    [app] = schema.applications
+    assert app.import_path == "app.builder:build_app"
+    settings = Settings.model_validate(app.args)
+    assert settings.ocr_num_gpus == 0.25
+    for deployment in app.deployments:
+        options = deployment.ray_actor_options if isinstance(deployment.ray_actor_options, dict) else {}
+        assert "num_gpus" not in options, "GPUs are set through args.ocr_num_gpus, which the builder checks"
+    env = app.runtime_env.get("env_vars", {})
+    assert env.get("HF_HUB_OFFLINE") == "1"
+    assert "pip" not in app.runtime_env and "working_dir" not in app.runtime_env
