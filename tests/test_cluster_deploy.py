@@ -1,0 +1,143 @@
+"""`serve deploy serve_config.yaml` onto a real `ray start --head` cluster, through the CLI.
+
+On a cluster with no GPU the fleet file must fail at once with a message that
+names the GPUs (not sit in DEPLOYING); a CPU copy of it must come up and answer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from app.synthetic import render_text_page
+from tests.conftest import free_port, png_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.own_cluster
+
+
+def cli_env() -> dict:
+    env = dict(os.environ)
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def head_node():
+    """A real head node (4 CPUs, no GPU) in its own process group, torn down with all its children."""
+    temp_dir = tempfile.mkdtemp(prefix="ocr-ray-")
+    ports = {name: free_port() for name in ("gcs", "dashboard", "client", "agent", "http")}
+    command = [
+        str(BIN / "ray"), "start", "--head", "--block", "--num-cpus=4", "--num-gpus=0",
+        f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}", "--dashboard-host=127.0.0.1",
+        f"--ray-client-server-port={ports['client']}", f"--dashboard-agent-listen-port={ports['agent']}",
+        f"--temp-dir={temp_dir}", "--include-dashboard=true", "--disable-usage-stats",
+    ]
+    process = subprocess.Popen(command, env=cli_env(), start_new_session=True, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+    try:
+        _wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code == 200, 90, "dashboard")
+        yield {"dashboard": dashboard, "http_port": ports["http"]}
+    finally:
+        subprocess.run([str(BIN / "serve"), "shutdown", "-y", "-a", dashboard], env=cli_env(),
+                       capture_output=True, timeout=60)
+        _kill_group(process)
+        _kill_leftovers(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=20)
+            return
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+
+
+def _kill_leftovers(temp_dir: str) -> None:
+    """Ray processes that left the group still name the cluster's temp dir in their command line."""
+    found = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
+    for pid in found:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def _wait_for(check, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:  # not up yet
+            last = exc
+        time.sleep(1)
+    raise TimeoutError(f"{what} not ready after {timeout_s}s ({last})")
+
+
+def write_config(tmp_path: Path, http_port: int, cpu_only: bool) -> Path:
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    config["http_options"].update(host="127.0.0.1", port=http_port)
+    if cpu_only:
+        app = config["applications"][0]
+        app["args"].update(ocr_num_gpus=0, ocr_replicas=1, ocr_num_cpus=1)
+        for deployment in app["deployments"]:
+            deployment["ray_actor_options"] = {"num_cpus": 0.25}
+            if "num_replicas" in deployment:
+                deployment["num_replicas"] = 1
+    path = tmp_path / ("serve_cpu.yaml" if cpu_only else "serve_fleet.yaml")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def serve_deploy(path: Path, dashboard: str) -> None:
+    result = subprocess.run([str(BIN / "serve"), "deploy", str(path), "-a", dashboard], env=cli_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def app_status(dashboard: str) -> dict:
+    return httpx.get(f"{dashboard}/api/serve/applications/", timeout=10).json()["applications"].get("ocr", {})
+
+
+def test_fleet_config_fails_fast_without_gpus(head_node, tmp_path):
+    started = time.monotonic()
+    serve_deploy(write_config(tmp_path, head_node["http_port"], cpu_only=False), head_node["dashboard"])
+    status = _wait_for(
+        lambda: (s := app_status(head_node["dashboard"])).get("status") == "DEPLOY_FAILED" and s,
+        60, "DEPLOY_FAILED",
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed < 30, f"took {elapsed:.1f}s to fail"
+    assert "GPU" in status["message"] and "has 0" in status["message"], status["message"]
+
+
+def test_cpu_copy_of_fleet_config_deploys_and_answers(head_node, tmp_path):
+    serve_deploy(write_config(tmp_path, head_node["http_port"], cpu_only=True), head_node["dashboard"])
+    _wait_for(lambda: app_status(head_node["dashboard"]).get("status") == "RUNNING", 240, "RUNNING")
+    status = subprocess.run([str(BIN / "serve"), "status", "-a", head_node["dashboard"]], env=cli_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "RUNNING" in status.stdout, status.stderr
+    image = png_bytes(render_text_page(["Cluster deploy works 42"]))
+    response = httpx.post(f"http://127.0.0.1:{head_node['http_port']}/v1/ocr",
+                          files={"file": ("c.png", image, "image/png")}, timeout=120)
+    assert response.status_code == 200, response.text
+    assert "cluster deploy works 42" in response.json()["text"].lower()
