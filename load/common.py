@@ -1,0 +1,94 @@
+"""Shared by the load scripts: the devset, a local service to measure, and the bare engine."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MANIFEST = ROOT.parent / "shared" / "eval" / "devset" / "manifest.jsonl"
+
+
+@dataclass
+class Sample:
+    path: Path
+    text: str
+    lang: str
+    kind: str
+
+    @property
+    def content_type(self) -> str:
+        suffix = self.path.suffix.lower().lstrip(".")
+        return {"jpg": "image/jpeg", "tif": "image/tiff", "pdf": "application/pdf"}.get(suffix, f"image/{suffix}")
+
+
+def load_devset(manifest: Path, kind: Optional[str] = None) -> list[Sample]:
+    samples = []
+    for line in manifest.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if kind is None or row["kind"] == kind:
+                samples.append(Sample(manifest.parent / row["image"], row["text"], row["lang"], row["kind"]))
+    return samples
+
+
+@contextlib.contextmanager
+def local_service(args: Optional[dict] = None, num_cpus: Optional[int] = None) -> Iterator[str]:
+    """Start Ray and the application on a free port, as `make run` would; yield its URL."""
+    import ray
+    from ray import serve
+
+    from app.builder import build_app
+    from app.deploy import deploy
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        started = time.perf_counter()
+        deploy(build_app(args or {}), name="ocr", timeout_s=300)
+        print(f"service up in {time.perf_counter() - started:.1f}s on port {port}", flush=True)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+class BareEngine:
+    """The engine alone in this process: same decoding and layout code, no Serve, no resizing."""
+
+    def __init__(self, threads: Optional[int] = None):
+        from app.config import Settings
+        from app.engines import build_engine
+
+        self.settings = Settings()
+        self.engine = build_engine(self.settings, threads=threads or os.cpu_count() or 1)
+        self.engine.load()
+        self.engine.warmup()
+
+    def read(self, data: bytes, content_type: str) -> str:
+        import numpy as np
+
+        from app.documents import load_pages
+        from app.postprocess import build_page_result
+        from app.schemas import PageOCR, PagePayload
+
+        texts = []
+        for page in load_pages(data, content_type, None, self.settings.limits):
+            rgb = np.asarray(page.image.convert("RGB"))
+            [lines] = self.engine.infer([rgb])
+            payload = PagePayload("bare", 0, page.page_number, b"", page.image.width, page.image.height,
+                                  page.image.width, page.image.height, 1.0, page.dpi)
+            texts.append(build_page_result(PageOCR(payload, lines, 1, payload.pixels))["text"])
+        return "\n\n".join(texts)
