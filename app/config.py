@@ -42,15 +42,38 @@ class BatchConfig(BaseModel):
     )
 
 
+class VLMOptions(BaseModel):
+    """Options of the `vlm` engine (transformers image-text-to-text models from `model_dir`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: Optional[Literal["got_ocr2", "qwen2_vl", "qwen2_5_vl"]] = Field(
+        None, description="Model family; default: from model_type in model_dir/config.json."
+    )
+    prompt: Optional[str] = Field(None, description="The instruction sent with each page; default: the family's.")
+    max_new_tokens: int = Field(1024, ge=1, le=32768, description="Token cap per page; pages cut there are invalid.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="auto: bf16 on CUDA where supported, else fp16; fp32 on CPU."
+    )
+    trust_remote_code: bool = Field(False, description="Run modelling code shipped inside model_dir. Off unless set.")
+    verify_weights: Literal["full", "size", "off"] = Field(
+        "full", description="Check model_dir against its weights.sha256 at start-up: hashes, sizes, or not at all."
+    )
+    warmup_max_batch: int = Field(32, ge=1, description="Largest batch the CUDA warm-up probes.")
+
+
 class Settings(BaseModel):
     """The application's configuration (`applications[].args` in serve_config.yaml)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["ppocr"] = Field("ppocr", description="OCR engine: ppocr is the bundled CPU engine.")
-    model_dir: Optional[str] = Field(
-        None, description="Local model directory. ppocr uses the models inside the rapidocr wheel when unset."
+    engine: Literal["ppocr", "vlm"] = Field(
+        "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir."
     )
+    model_dir: Optional[str] = Field(
+        None, description="Local model directory (required for vlm). ppocr uses the wheel's models when unset."
+    )
+    vlm: VLMOptions = Field(default_factory=VLMOptions)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     engine_threads: Optional[int] = Field(
         None, ge=1, description="Inference threads per OCR replica; default: the replica's CPU share."
@@ -68,7 +91,9 @@ class Settings(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _cuda_needs_gpu(self) -> "Settings":
+    def _consistent(self) -> "Settings":
         if self.device == "cuda" and self.ocr_num_gpus <= 0:
             raise ValueError("device 'cuda' needs ocr_num_gpus > 0, or the replica is given no GPU")
+        if self.engine == "vlm" and not self.model_dir:
+            raise ValueError("engine 'vlm' needs model_dir: a local directory holding the model")
         return self

@@ -108,7 +108,7 @@ class OCRModel:
                 continue
             outcomes[i] = PageOCR(
                 page=dataclasses.replace(pages[i], png=b""),  # the image is not needed downstream
-                lines=result,
+                result=result,
                 batch_size=len(pages),
                 batch_pixels=batch_pixels,
                 timings_ms={"ocr_decode": round(decode_ms, 1), "engine_batch": round(engine_ms, 1)},

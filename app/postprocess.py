@@ -14,10 +14,14 @@ from app.schemas import PageOCR
 def build_page_result(ocr: PageOCR) -> dict:
     """Boxes are returned in source pixels: the decoded image, or the PDF page rendered at `dpi`."""
     start = time.perf_counter()
-    page = ocr.page
-    boxes = [box_from_quad(line.quad, page.scale, line.text, line.confidence) for line in ocr.lines]
+    page, result = ocr.page, ocr.result
+    boxes = [box_from_quad(line.quad, page.scale, line.text, line.confidence) for line in result.lines]
     lines = reading_order(boxes)
     groups = paragraphs(lines)
+    if result.markdown is not None:  # the engine wrote the page itself: keep its structure
+        text = markdown = clean_engine_markdown(result.markdown)
+    else:
+        text, markdown = page_text(groups), page_markdown(groups)
     blocks = [
         {
             "bbox": [round(b.x0, 1), round(b.y0, 1), round(b.x1, 1), round(b.y1, 1)],
@@ -35,12 +39,25 @@ def build_page_result(ocr: PageOCR) -> dict:
         "width": page.source_width,
         "height": page.source_height,
         "dpi": round(page.dpi, 2) if page.dpi else None,
-        "text": page_text(groups),
-        "markdown": page_markdown(groups),
+        "text": text,
+        "markdown": markdown,
         "blocks": blocks,
+        "valid": result.valid,
+        "finish_reason": result.finish_reason,
+        "notes": list(result.notes),
         "batch": {"size": ocr.batch_size, "pixels": ocr.batch_pixels},
         "timings_ms": timings,
     }
+
+
+def clean_engine_markdown(markdown: str) -> str:
+    """Trim trailing spaces on each line and runs of more than one blank line."""
+    lines = [line.rstrip() for line in markdown.strip().splitlines()]
+    cleaned: list[str] = []
+    for line in lines:
+        if line or (cleaned and cleaned[-1]):
+            cleaned.append(line)
+    return "\n".join(cleaned)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)

@@ -42,11 +42,22 @@ class TextLine:
 
 
 @dataclass
+class EngineResult:
+    """What an engine read on one page."""
+
+    lines: list = field(default_factory=list)  # list[TextLine]: detected regions, for engines that locate text
+    markdown: Optional[str] = None  # the engine's own Markdown, for VLMs that write it
+    finish_reason: str = "stop"  # "stop": the engine ended the page itself; "length": cut at the token cap
+    valid: bool = True  # False when the output was truncated or a guard cut a repetition loop
+    notes: list = field(default_factory=list)  # why a page is not valid, for the client
+
+
+@dataclass
 class PageOCR:
     """The OCR model's output for one page, handed on to the postprocessor."""
 
     page: PagePayload
-    lines: list  # list[TextLine]
+    result: EngineResult
     batch_size: int  # pages in the engine call that produced this result
     batch_pixels: int
     timings_ms: dict = field(default_factory=dict)

@@ -87,8 +87,8 @@ class BareEngine:
         texts = []
         for page in load_pages(data, content_type, None, self.settings.limits):
             rgb = np.asarray(page.image.convert("RGB"))
-            [lines] = self.engine.infer([rgb])
+            [result] = self.engine.infer([rgb])
             payload = PagePayload("bare", 0, page.page_number, b"", page.image.width, page.image.height,
                                   page.image.width, page.image.height, 1.0, page.dpi)
-            texts.append(build_page_result(PageOCR(payload, lines, 1, payload.pixels))["text"])
+            texts.append(build_page_result(PageOCR(payload, result, 1, payload.pixels))["text"])
         return "\n\n".join(texts)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.schemas import TextLine
+from app.schemas import EngineResult
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,11 @@ class OCREngine(Protocol):
     def warmup(self) -> None:
         """Run a synthetic page so the first real request pays no lazy-initialisation cost."""
 
-    def infer(self, pages: list[np.ndarray]) -> list[list[TextLine]]:
-        """OCR a batch of RGB (H, W, 3) uint8 pages; one list of lines per page, in input order."""
+    def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
+        """OCR a batch of RGB (H, W, 3) uint8 pages; one result per page, in input order."""
+
+    def batch_limits(self) -> Optional[tuple[int, int]]:
+        """(pages, pixels) the device can hold in one batch, as measured at warm-up; None: no limit."""
 
     def check_health(self) -> None:
         """Raise if the engine or its device can no longer serve."""

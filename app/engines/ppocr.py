@@ -16,7 +16,7 @@ import numpy as np
 
 from app.config import Settings
 from app.engines.base import EngineInfo, InputBudget
-from app.schemas import TextLine
+from app.schemas import EngineResult, TextLine
 from app.synthetic import render_text_page
 
 logger = logging.getLogger("ray.serve")
@@ -75,14 +75,17 @@ class PPOCREngine:
         )
 
     def warmup(self) -> None:
-        lines = self.infer([np.asarray(render_text_page())])[0]
-        if not lines:
+        result = self.infer([np.asarray(render_text_page())])[0]
+        if not result.lines:
             raise RuntimeError("ppocr warm-up read no text from the synthetic page")
 
-    def infer(self, pages: list[np.ndarray]) -> list[list[TextLine]]:
+    def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
         # rapidocr takes one image per call and batches text crops within it, so a batch of
         # pages is a loop here; the batcher still pays off by keeping the replica busy.
-        return [self._read_page(page) for page in pages]
+        return [EngineResult(lines=self._read_page(page)) for page in pages]
+
+    def batch_limits(self) -> None:
+        return None
 
     def _read_page(self, rgb: np.ndarray) -> list[TextLine]:
         if self._ocr is None:

@@ -1,0 +1,141 @@
+"""Build tiny random-weight VLM checkpoints on local disk, for tests and CPU benchmarks.
+
+    python -m app.tools.tiny_vlm --family got_ocr2 --out /tmp/tiny-got
+    python -m app.tools.tiny_vlm --family qwen2_5_vl --out /tmp/tiny-qwen
+
+Nothing is downloaded: the tokenizer is a byte-level BPE trained here on a few
+sentences, the weights are random. The checkpoints exercise the real transformers
+classes (load, processor, batched generate), not OCR quality. `--size full` builds
+GOT-OCR2 at its real dimensions (about 580M parameters) for speed measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog. 0123456789",
+    "INVOICE TOTAL AMOUNT CASH CHANGE GST TAX RM EUR USD",
+    "# Heading\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n- item one\n- item two",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+]
+GOT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<imgpad>"]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+
+
+def train_tokenizer(special_tokens: list[str], vocab_size: int = 400):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=special_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+    )
+
+
+def build_got_ocr2(out: Path, size: str = "tiny", seed: int = 0) -> Path:
+    import torch
+    from transformers import GotOcr2Config, GotOcr2ForConditionalGeneration, GotOcr2ImageProcessorPil, GotOcr2Processor
+
+    torch.manual_seed(seed)
+    tokenizer = train_tokenizer(GOT_SPECIALS)
+    if size == "full":
+        image_size, patch, vision, text = 1024, 16, {}, {
+            "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
+            "num_attention_heads": 16, "num_key_value_heads": 16,
+        }
+    else:  # 256 px at patch 4 gives 64x64 patches, reduced 16x by the neck: 256 image tokens
+        image_size, patch = 256, 4
+        vision = {"hidden_size": 32, "output_channels": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                  "mlp_dim": 64, "window_size": 8, "global_attn_indexes": [1]}
+        text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2}
+    config = GotOcr2Config(
+        vision_config={"image_size": image_size, "patch_size": patch, **vision},
+        text_config={"vocab_size": len(tokenizer), "max_position_embeddings": 2048,
+                     "bos_token_id": tokenizer.convert_tokens_to_ids("<|im_start|>"),
+                     "eos_token_id": tokenizer.eos_token_id, **text},
+        image_token_index=tokenizer.convert_tokens_to_ids("<imgpad>"),
+        image_seq_length=256,
+    )
+    model = GotOcr2ForConditionalGeneration(config).eval()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    image_processor = GotOcr2ImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor = GotOcr2Processor(image_processor=image_processor, tokenizer=tokenizer)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+def build_qwen2_5_vl(out: Path, seed: int = 0) -> Path:
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
+
+    torch.manual_seed(seed)
+    tokenizer = train_tokenizer(QWEN_SPECIALS)
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+        "{% else %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = Qwen2_5_VLConfig(
+        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                       "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
+                       "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1]},
+        text_config={"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "max_position_embeddings": 4096, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+                     "eos_token_id": tokenizer.eos_token_id},
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|endoftext|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+    )
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=224 * 224, patch_size=14,
+                                               merge_size=2, temporal_patch_size=2)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    image_processor.save_pretrained(out)
+    return out
+
+
+BUILDERS = {"got_ocr2": build_got_ocr2, "qwen2_5_vl": build_qwen2_5_vl}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=sorted(BUILDERS), default="got_ocr2")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="full: GOT-OCR2 at real size")
+    options = parser.parse_args()
+    if options.family == "got_ocr2":
+        build_got_ocr2(options.out, size=options.size)
+    else:
+        build_qwen2_5_vl(options.out)
+    print(f"wrote {options.family} ({options.size}) to {options.out}")
+
+
+if __name__ == "__main__":
+    main()
