@@ -22,13 +22,15 @@ from app.documents import decode_png
 from app.engines import build_engine
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
+from app.telemetry import gpu_snapshot
 
 logger = logging.getLogger("ray.serve")
 
 
-def replica_cpu_share(default: float = 1.0) -> float:
+def replica_share(resource: str, default: float) -> float:
+    """This replica's reserved amount of a resource ("CPU", "GPU"), as Ray assigned it."""
     try:
-        return float(ray.get_runtime_context().get_assigned_resources().get("CPU", default))
+        return float(ray.get_runtime_context().get_assigned_resources().get(resource, default))
     except Exception:  # outside a Ray worker
         return default
 
@@ -51,20 +53,21 @@ def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
 @serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=10)
 class OCRModel:
     def __init__(self, settings: Settings):
-        threads = settings.engine_threads or max(1, math.ceil(replica_cpu_share()))
-        self._engine = build_engine(settings, threads=threads)
+        threads = settings.engine_threads or max(1, math.ceil(replica_share("CPU", 1.0)))
+        self._engine = build_engine(settings, threads=threads, gpu_share=min(1.0, replica_share("GPU", 1.0) or 1.0))
         start = time.perf_counter()
         self._engine.load()
         if settings.warmup:
             self._engine.warmup()
         logger.info("engine %s ready in %.2fs", self._engine.info, time.perf_counter() - start)
+        self._on_gpu = self._engine.info.device.startswith("cuda")
         self._config: Optional[BatchConfig] = None
         self._batcher = None
         self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
         self.reconfigure(settings.batching.model_dump())
 
     def reconfigure(self, user_config: dict) -> None:
-        config = BatchConfig.model_validate(user_config or {})
+        config = self._within_device_limits(BatchConfig.model_validate(user_config or {}))
         if self._batcher is None or config.max_concurrent_batches != self._config.max_concurrent_batches:
             # max_concurrent_batches has no setter: a new batcher takes the new requests,
             # the old one drains what it already holds.
@@ -79,6 +82,20 @@ class OCRModel:
             self._batcher.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
         self._config = config
         logger.info("batching: %s", config)
+
+    def _within_device_limits(self, config: BatchConfig) -> BatchConfig:
+        """Clamp the configured batch to what the warm-up measured fits the device."""
+        limits = self._engine.batch_limits()
+        if limits is None:
+            return config
+        pages, pixels = limits
+        clamped = config.model_copy(
+            update={"max_batch_size": min(config.max_batch_size, pages),
+                    "max_batch_pixels": min(config.max_batch_pixels, pixels)}
+        )
+        if clamped != config:
+            logger.warning("batching clamped to the measured device limit: %s", clamped)
+        return clamped
 
     async def infer(self, page: PagePayload) -> PageOCR:
         outcome = await self._batcher(page)
@@ -140,8 +157,10 @@ class OCRModel:
         self._stats["max_batch_size"] = max(self._stats["max_batch_size"], len(pages))
         self._stats["failed_pages"] += sum(isinstance(o, BaseException) for o in outcomes)
         logger.info(
-            "batch pages=%d pixels=%d engine_ms=%.0f requests=%s",
-            len(pages), sum(p.pixels for p in pages), engine_ms, sorted({p.request_id for p in pages}),
+            "batch model=%s pages=%d sizes=%s engine_ms=%.0f peak_gpu_mib=%s gpu=%s requests=%s",
+            self._engine.info.version, len(pages), [f"{p.width}x{p.height}" for p in pages], engine_ms,
+            getattr(self._engine, "last_peak_memory_mib", None), gpu_snapshot() if self._on_gpu else None,
+            sorted({p.request_id for p in pages}),
         )
 
     def info(self) -> dict:
@@ -150,6 +169,7 @@ class OCRModel:
             **dataclasses.asdict(self._engine.info),
             "batching": self._config.model_dump(),
             "stats": self._stats,
+            "gpu": gpu_snapshot() if self._on_gpu else None,
             "placement": {
                 "replica": serve.get_replica_context().replica_id.unique_id,
                 "node_id": context.get_node_id(),

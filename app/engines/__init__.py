@@ -13,6 +13,10 @@ def _engine_class(name: str):
         from app.engines.ppocr import PPOCREngine
 
         return PPOCREngine
+    if name == "vlm":
+        from app.engines.vlm import VLMEngine
+
+        return VLMEngine
     raise ValueError(f"unknown engine '{name}'")
 
 
@@ -21,5 +25,9 @@ def input_budget(settings: Settings) -> InputBudget:
     return _engine_class(settings.engine).input_budget
 
 
-def build_engine(settings: Settings, threads: int) -> OCREngine:
-    return _engine_class(settings.engine)(settings, threads=threads)
+def build_engine(settings: Settings, threads: int, gpu_share: float = 1.0) -> OCREngine:
+    """gpu_share: this replica's fraction of its GPU (its num_gpus), the memory it may take."""
+    engine_class = _engine_class(settings.engine)
+    if settings.engine == "vlm":
+        return engine_class(settings, threads=threads, gpu_share=gpu_share)
+    return engine_class(settings, threads=threads)

@@ -21,6 +21,8 @@ def find_loop(text: str, max_unit: int = 200, min_repeats: int = 4, min_chars: i
         start = len(body) - unit
         while start - unit >= 0 and body[start - unit:start] == pattern:
             start -= unit
+        while start > 0 and body[start - 1] == body[start - 1 + unit]:
+            start -= 1  # the loop may begin part-way through a unit: align to where it really starts
         copies = (len(body) - start) // unit
         if copies >= min_repeats and copies * unit >= min_chars:
             cut = start + unit
