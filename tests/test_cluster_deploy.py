@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from app.synthetic import render_text_page
+from app.tools.tiny_vlm import build_got_ocr2
+from app.weights import write_manifest
 from tests.conftest import free_port, png_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,11 +96,15 @@ def _wait_for(check, timeout_s: float, what: str):
 
 
 def write_config(tmp_path: Path, http_port: int, cpu_only: bool) -> Path:
+    """The fleet file with a local port; cpu_only: no GPUs, one replica each, a tiny model built here."""
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     config["http_options"].update(host="127.0.0.1", port=http_port)
     if cpu_only:
+        model_dir = build_got_ocr2(tmp_path / "tiny-got")
+        write_manifest(model_dir)
         app = config["applications"][0]
-        app["args"].update(ocr_num_gpus=0, ocr_replicas=1, ocr_num_cpus=1)
+        app["args"].update(ocr_num_gpus=0, ocr_replicas=1, ocr_num_cpus=1, model_dir=str(model_dir))
+        app["args"]["vlm"]["max_new_tokens"] = 8
         for deployment in app["deployments"]:
             deployment["ray_actor_options"] = {"num_cpus": 0.25}
             if "num_replicas" in deployment:
@@ -140,4 +146,6 @@ def test_cpu_copy_of_fleet_config_deploys_and_answers(head_node, tmp_path):
     response = httpx.post(f"http://127.0.0.1:{head_node['http_port']}/v1/ocr",
                           files={"file": ("c.png", image, "image/png")}, timeout=120)
     assert response.status_code == 200, response.text
-    assert "cluster deploy works 42" in response.json()["text"].lower()
+    body = response.json()
+    assert body["engine"]["name"] == "vlm" and body["engine"]["version"] == "got_ocr2:tiny-got"
+    assert body["pages"][0]["finish_reason"] in ("stop", "length")

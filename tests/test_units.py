@@ -80,10 +80,15 @@ def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
     [app] = schema.applications
     assert app.import_path == "app.builder:build_app"
     settings = Settings.model_validate(app.args)
-    assert settings.ocr_num_gpus == 0.25
+    assert (settings.engine, settings.ocr_num_gpus) == ("vlm", 0.25)
+    assert settings.model_dir.startswith("/models/")
     for deployment in app.deployments:
         options = deployment.ray_actor_options if isinstance(deployment.ray_actor_options, dict) else {}
         assert "num_gpus" not in options, "GPUs are set through args.ocr_num_gpus, which the builder checks"
     env = app.runtime_env.get("env_vars", {})
-    assert env.get("HF_HUB_OFFLINE") == "1"
+    assert env.get("HF_HUB_OFFLINE") == "1" and env.get("TRANSFORMERS_OFFLINE") == "1"
+    assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "max_split_size_mb:128"
+    ocr = next(d for d in app.deployments if d.name == "OCRModel")
+    batching = ocr.user_config
+    assert ocr.max_ongoing_requests >= batching["max_batch_size"] * batching["max_concurrent_batches"]
     assert "pip" not in app.runtime_env and "working_dir" not in app.runtime_env
