@@ -139,7 +139,13 @@ class Ingress:
             error = ServiceUnavailable("The OCR replicas are still loading or warming up.", code="not_ready")
             body = error.body() | {"replicas": replicas}
             return JSONResponse(body, status_code=503, headers={"Retry-After": str(error.retry_after_s)})
-        return JSONResponse({"status": "ready", "replicas": replicas})
+        body = {"status": "ready", "replicas": replicas}
+        try:  # telemetry from one OCR replica: GPU memory and utilisation where NVML is present
+            info = await asyncio.wait_for(self._ocr.info.remote(), self._settings.readiness_timeout_s)
+            body["gpu"] = info.get("gpu")
+        except Exception:
+            body["gpu"] = None
+        return JSONResponse(body)
 
     @api.get("/v1/info")
     async def info(self) -> dict:

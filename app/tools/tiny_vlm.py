@@ -60,6 +60,7 @@ def build_got_ocr2(out: Path, size: str = "tiny", seed: int = 0) -> Path:
         image_size, patch, vision, text = 1024, 16, {}, {
             "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
             "num_attention_heads": 16, "num_key_value_heads": 16,
+            "vocab_size": 151860,  # the real LM head's size; ids past the toy tokenizer decode to nothing
         }
     else:  # 256 px at patch 4 gives 64x64 patches, reduced 16x by the neck: 256 image tokens
         image_size, patch = 256, 4
@@ -76,7 +77,11 @@ def build_got_ocr2(out: Path, size: str = "tiny", seed: int = 0) -> Path:
         image_token_index=tokenizer.convert_tokens_to_ids("<imgpad>"),
         image_seq_length=256,
     )
-    model = GotOcr2ForConditionalGeneration(config).eval()
+    device = "cuda" if size == "full" and torch.cuda.is_available() else "cpu"
+    with torch.device(device):  # initialising 580M parameters is minutes on a CPU, seconds on a GPU
+        model = GotOcr2ForConditionalGeneration(config).eval()
+    if size == "full":
+        model = model.to(torch.bfloat16)  # half the bytes to write and read; fp32 runs upcast on load
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     image_processor = GotOcr2ImageProcessorPil(size={"height": image_size, "width": image_size})
