@@ -20,14 +20,41 @@ class GPUCapacityError(RuntimeError):
     pass
 
 
+def initial_ocr_replicas(settings: Settings) -> int:
+    return settings.ocr_autoscaling.min_replicas if settings.ocr_autoscaling else settings.ocr_replicas
+
+
 def check_gpu_capacity(settings: Settings, cluster_gpus: float) -> None:
-    wanted = settings.ocr_num_gpus * settings.ocr_replicas
+    replicas = initial_ocr_replicas(settings)
+    wanted = settings.ocr_num_gpus * replicas
     if settings.ocr_num_gpus > 0 and cluster_gpus < wanted:
         raise GPUCapacityError(
-            f"OCRModel asks for {settings.ocr_replicas} replica(s) x num_gpus={settings.ocr_num_gpus} "
+            f"OCRModel asks for {replicas} replica(s) x num_gpus={settings.ocr_num_gpus} "
             f"= {wanted:g} GPU(s), but the Ray cluster has {cluster_gpus:g}. Start GPU nodes "
             "(`ray start --num-gpus=N`), lower ocr_replicas, or set ocr_num_gpus: 0 to run on CPU."
         )
+
+
+def ocr_scaling_options(settings: Settings) -> dict:
+    """A fixed replica count, or autoscaling whose target is one replica's full batch capacity."""
+    capacity = settings.batching.max_batch_size * settings.batching.max_concurrent_batches
+    # Below batch x concurrency the batches never fill (ray#43288); twice it keeps the next batch queued.
+    options = {"max_ongoing_requests": 2 * capacity}
+    scaling = settings.ocr_autoscaling
+    if scaling is None:
+        return options | {"num_replicas": settings.ocr_replicas}
+    config = {
+        "min_replicas": scaling.min_replicas,
+        "initial_replicas": scaling.min_replicas,
+        "max_replicas": scaling.max_replicas,
+        "target_ongoing_requests": capacity,
+        "upscale_delay_s": scaling.upscale_delay_s,
+        "downscale_delay_s": scaling.downscale_delay_s,
+        "look_back_period_s": scaling.look_back_period_s,
+    }
+    if scaling.policy == "queue":
+        config["policy"] = {"policy_function": "app.autoscaling:queue_policy"}
+    return options | {"autoscaling_config": config}
 
 
 def build_app(args: dict | None = None) -> Application:
@@ -35,8 +62,14 @@ def build_app(args: dict | None = None) -> Application:
     if ray.is_initialized():
         check_gpu_capacity(settings, ray.cluster_resources().get("GPU", 0.0))
     ocr_model = OCRModel.options(
-        num_replicas=settings.ocr_replicas,
         ray_actor_options={"num_cpus": settings.ocr_num_cpus, "num_gpus": settings.ocr_num_gpus},
         user_config=settings.batching.model_dump(),
+        max_queued_requests=settings.max_queued_pages,
+        **ocr_scaling_options(settings),
     ).bind(settings)
-    return Ingress.bind(settings, Preprocessor.bind(settings), ocr_model, Postprocessor.bind())
+    # Room above the admission limit so that excess requests reach the ingress and get its
+    # JSON 503; past that the proxy itself answers 503 (plain text) instead of queueing more.
+    ingress = Ingress.options(
+        max_ongoing_requests=settings.max_inflight_requests + 32, max_queued_requests=64
+    )
+    return ingress.bind(settings, Preprocessor.bind(settings), ocr_model, Postprocessor.bind())

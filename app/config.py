@@ -62,6 +62,27 @@ class VLMOptions(BaseModel):
     warmup_max_batch: int = Field(32, ge=1, description="Largest batch the CUDA warm-up probes.")
 
 
+class OCRAutoscaling(BaseModel):
+    """Autoscaling of the OCR deployment. Its target is derived: one replica's batch capacity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_replicas: int = Field(1, ge=1, description="Warm replicas kept through idle periods.")
+    max_replicas: int = Field(4, ge=1)
+    upscale_delay_s: float = Field(5.0, ge=0, description="Demand must last this long before scaling up.")
+    downscale_delay_s: float = Field(120.0, ge=0, description="Idleness must last this long before scaling down.")
+    look_back_period_s: float = Field(10.0, gt=0, description="Window over which queue length is averaged.")
+    policy: Literal["queue", "serve_default"] = Field(
+        "queue", description="queue: app.autoscaling.queue_policy; serve_default: Ray Serve's own."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "OCRAutoscaling":
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("max_replicas must be at least min_replicas")
+        return self
+
+
 class Settings(BaseModel):
     """The application's configuration (`applications[].args` in serve_config.yaml)."""
 
@@ -82,6 +103,15 @@ class Settings(BaseModel):
     ocr_num_cpus: float = Field(0.8, gt=0, description="CPUs reserved for each OCR replica.")
     ocr_num_gpus: float = Field(
         0.0, ge=0, description="GPU fraction per OCR replica (ray_actor_options.num_gpus); 0.25 packs 4 per GPU."
+    )
+    ocr_autoscaling: Optional[OCRAutoscaling] = Field(
+        None, description="Scale OCR replicas with the queue; unset: a fixed ocr_replicas."
+    )
+    max_inflight_requests: int = Field(
+        64, ge=1, description="Requests one ingress replica works on at once; beyond: 503 with Retry-After."
+    )
+    max_queued_pages: int = Field(
+        256, ge=1, description="Pages each caller may queue for the OCR replicas; beyond: 503 with Retry-After."
     )
     limits: Limits = Field(default_factory=Limits)
     batching: BatchConfig = Field(default_factory=BatchConfig)

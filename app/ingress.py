@@ -79,9 +79,22 @@ class Ingress:
         self._ocr = ocr_model
         self._post = postprocessor
         self._engine: Optional[dict] = None
+        self._inflight = 0
 
     @api.post("/v1/ocr")
     async def ocr(self, request: Request) -> JSONResponse:
+        if self._inflight >= self._settings.max_inflight_requests:
+            # Admission control: a bounded amount of work per replica; the rest is told to retry.
+            return error_response(
+                ServiceUnavailable("The service is at capacity; retry later.", code="overloaded", retry_after_s=2)
+            )
+        self._inflight += 1
+        try:
+            return await self._ocr_request(request)
+        finally:
+            self._inflight -= 1
+
+    async def _ocr_request(self, request: Request) -> JSONResponse:
         started = time.perf_counter()
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         try:

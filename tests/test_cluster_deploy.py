@@ -103,12 +103,13 @@ def write_config(tmp_path: Path, http_port: int, cpu_only: bool) -> Path:
         model_dir = build_got_ocr2(tmp_path / "tiny-got")
         write_manifest(model_dir)
         app = config["applications"][0]
-        app["args"].update(ocr_num_gpus=0, ocr_replicas=1, ocr_num_cpus=1, model_dir=str(model_dir))
+        app["args"].update(ocr_num_gpus=0, ocr_num_cpus=1, model_dir=str(model_dir))
+        app["args"]["ocr_autoscaling"].update(min_replicas=1, max_replicas=2)
         app["args"]["vlm"]["max_new_tokens"] = 8
         for deployment in app["deployments"]:
             deployment["ray_actor_options"] = {"num_cpus": 0.25}
-            if "num_replicas" in deployment:
-                deployment["num_replicas"] = 1
+            if "autoscaling_config" in deployment:
+                deployment["autoscaling_config"].update(min_replicas=1, max_replicas=2)
     path = tmp_path / ("serve_cpu.yaml" if cpu_only else "serve_fleet.yaml")
     path.write_text(yaml.safe_dump(config))
     return path

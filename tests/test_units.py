@@ -65,6 +65,21 @@ def test_settings_reject_unknown_keys_and_bad_values():
         Settings.model_validate({"device": "cuda", "ocr_num_gpus": 0})
 
 
+def test_ocr_scaling_options_derive_target_from_batch_capacity():
+    from app.builder import ocr_scaling_options
+
+    fixed = ocr_scaling_options(Settings(ocr_replicas=3))
+    assert fixed == {"num_replicas": 3, "max_ongoing_requests": 16}
+    scaled = ocr_scaling_options(Settings(
+        ocr_autoscaling={"min_replicas": 2, "max_replicas": 6},
+        batching={"max_batch_size": 4, "max_concurrent_batches": 2},
+    ))
+    config = scaled["autoscaling_config"]
+    assert (config["target_ongoing_requests"], scaled["max_ongoing_requests"]) == (8, 16)
+    assert config["policy"] == {"policy_function": "app.autoscaling:queue_policy"}
+    assert "num_replicas" not in scaled
+
+
 def test_gpu_request_without_gpus_fails_with_a_clear_message():
     check_gpu_capacity(Settings(ocr_num_gpus=0), cluster_gpus=0)
     check_gpu_capacity(Settings(ocr_num_gpus=0.25, ocr_replicas=4), cluster_gpus=1)
@@ -72,6 +87,10 @@ def test_gpu_request_without_gpus_fails_with_a_clear_message():
         check_gpu_capacity(Settings(ocr_num_gpus=0.25), cluster_gpus=0)
     with pytest.raises(GPUCapacityError, match="= 1.25 GPU"):
         check_gpu_capacity(Settings(ocr_num_gpus=0.25, ocr_replicas=5), cluster_gpus=1)
+    autoscaled = Settings(ocr_num_gpus=0.5, ocr_autoscaling={"min_replicas": 2, "max_replicas": 100})
+    check_gpu_capacity(autoscaled, cluster_gpus=1)  # the minimum must fit; growth may wait for GPUs
+    with pytest.raises(GPUCapacityError):
+        check_gpu_capacity(autoscaled, cluster_gpus=0.5)
 
 
 def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
@@ -89,6 +108,9 @@ def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
     assert env.get("HF_HUB_OFFLINE") == "1" and env.get("TRANSFORMERS_OFFLINE") == "1"
     assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "max_split_size_mb:128"
     ocr = next(d for d in app.deployments if d.name == "OCRModel")
-    batching = ocr.user_config
-    assert ocr.max_ongoing_requests >= batching["max_batch_size"] * batching["max_concurrent_batches"]
+    assert ocr.user_config == settings.batching.model_dump()
+    for deployment in app.deployments:
+        if deployment.name != "OCRModel":
+            assert deployment.autoscaling_config, f"{deployment.name} has no autoscaling_config"
+    assert settings.ocr_autoscaling.policy == "queue" and settings.ocr_autoscaling.max_replicas == 960
     assert "pip" not in app.runtime_env and "working_dir" not in app.runtime_env
