@@ -71,7 +71,9 @@ class OCRAutoscaling(BaseModel):
     max_replicas: int = Field(4, ge=1)
     upscale_delay_s: float = Field(5.0, ge=0, description="Demand must last this long before scaling up.")
     downscale_delay_s: float = Field(120.0, ge=0, description="Idleness must last this long before scaling down.")
-    look_back_period_s: float = Field(10.0, gt=0, description="Window over which queue length is averaged.")
+    look_back_period_s: float = Field(
+        30.0, gt=10, description="Window over which queue length is averaged (must exceed Serve's 10 s metrics interval)."
+    )
     policy: Literal["queue", "serve_default"] = Field(
         "queue", description="queue: app.autoscaling.queue_policy; serve_default: Ray Serve's own."
     )

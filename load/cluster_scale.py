@@ -1,0 +1,173 @@
+"""Autoscaling, node loss and overload on a real 3-node Ray cluster built on this machine.
+
+    python load/cluster_scale.py [--report load/out/cluster.json] [--plot load/out/cluster.png]
+
+Three Ray nodes (a head and two workers, each with 4 CPUs and one logical GPU) run the
+application with the fleet's shape scaled down: OCR replicas at num_gpus 0.25 under the
+queue-length policy (1 to 4 replicas, batch capacity 2 pages), the CPU stages fixed.
+Then, with the bounded step-load runner (load/stepload.py):
+  1. where the OCR replicas run (node ids);
+  2. a load step: 1 client, then 8, then none; replicas over time, time to scale up and
+     back down to min_replicas, failures across the scale events, p95 before and during;
+  3. a worker node removed under light load: time until requests succeed again, errors meanwhile;
+  4. a flood at about 4x capacity: only 200 or 503, and every 200 a full, correct result.
+Prints a summary and writes a JSON report and a PNG plot. Stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+# Replicas and handles report queue lengths every second instead of every 10 s, so the
+# demonstration scales within seconds. Set before Ray starts: every node inherits it.
+os.environ.setdefault("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "1")
+os.environ.setdefault("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from load.stepload import StepLoad, plot, to_json, window  # noqa: E402
+
+MIN_REPLICAS, MAX_REPLICAS = 1, 4
+ARGS = {
+    "engine": "ppocr", "engine_threads": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0.25,
+    "ocr_autoscaling": {"min_replicas": MIN_REPLICAS, "max_replicas": MAX_REPLICAS, "upscale_delay_s": 2,
+                        "downscale_delay_s": 8, "look_back_period_s": 11, "policy": "queue"},
+    "batching": {"max_batch_size": 2, "batch_wait_timeout_s": 0.02, "max_concurrent_batches": 1},
+    "max_inflight_requests": 12, "max_queued_pages": 8,
+}
+EXPECTED = "scale test 4711"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ocr_placements(serve, want: int, tries: int = 80) -> dict:
+    handle = serve.get_deployment_handle("OCRModel", app_name="ocr")
+    placements = {}
+    for _ in range(tries):
+        placement = handle.info.remote().result(timeout_s=30)["placement"]
+        placements[placement["replica"]] = placement["node_id"]
+        if len(placements) >= want:
+            break
+    return placements
+
+
+def first_time(run, start: float, predicate) -> float | None:
+    for t, counts in run.replicas:
+        if t >= start and predicate(counts.get("OCRModel", 0)):
+            return t
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--report", type=Path, default=Path("load/out/cluster.json"))
+    parser.add_argument("--plot", type=Path, default=Path("load/out/cluster.png"))
+    options = parser.parse_args()
+
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+
+    from app.builder import build_app
+    from app.deploy import deploy
+    from app.synthetic import render_text_page
+    from tests.conftest import png_bytes
+
+    started = time.monotonic()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 1, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=4, num_gpus=1) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    report: dict = {}
+    try:
+        cluster.wait_for_nodes()
+        port = free_port()
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        deploy(build_app(ARGS), name="ocr", timeout_s=300)
+        url = f"http://127.0.0.1:{port}"
+        print(f"3-node cluster and service up in {time.monotonic() - started:.0f}s", flush=True)
+        payload = png_bytes(render_text_page(["Scale test 4711"], width=600))
+        load = StepLoad(url, payload, lambda body: EXPECTED in body["text"].lower(), sample_replicas=True)
+
+        # 1-2. The load step.
+        steps = [(1, 15.0), (8, 45.0), (0, 75.0)]
+        step = load.run(steps)
+        step_at, quiet_at = steps[0][1], steps[0][1] + steps[1][1]
+        peak = max((c.get("OCRModel", 0) for _, c in step.replicas), default=0)
+        scaled_up = first_time(step, step_at, lambda n: n >= min(peak, MAX_REPLICAS) and n > MIN_REPLICAS)
+        back_down = first_time(step, quiet_at, lambda n: n <= MIN_REPLICAS)
+        report["step"] = {
+            "peak_ocr_replicas": peak,
+            "seconds_to_scale_up": None if scaled_up is None else round(scaled_up - step_at, 1),
+            "seconds_back_to_min_after_load": None if back_down is None else round(back_down - quiet_at, 1),
+            "before": window(step, 0, step_at),
+            "during": window(step, step_at, quiet_at),
+            "all": window(step, 0, float("inf")),
+        }
+
+        # 3. Node loss under light load: scale to more than one replica, then lose a worker
+        #    that holds one of them.
+        load.run([(6, 20.0)])
+        placements = ocr_placements(serve, want=2)
+        report["placement"] = {"ocr_replicas_by_node": _count(placements.values()),
+                               "nodes_with_ocr_replicas": len(set(placements.values()))}
+        victim = next((w for w in workers if w.node_id in set(placements.values())), workers[0])
+        removed_at = 5.0
+
+        def remove_victim(index: int, run) -> None:
+            if index == 1:
+                run.events.append((run.offered[-1][0], "worker node removed"))
+                cluster.remove_node(victim)
+
+        loss = load.run([(1, removed_at), (1, 40.0)], on_step=remove_victim)
+        removed_at = loss.events[0][0]
+        after = [s for s in loss.samples if s.started + s.latency >= removed_at]
+        failures = [s for s in after if s.status != 200]
+        last_failure = max((f.started for f in failures), default=removed_at)
+        recovered = next((s.started + s.latency for s in after if s.status == 200 and s.started >= last_failure), None)
+        report["node_loss"] = {
+            "removed_node_had_ocr_replica": victim.node_id in set(placements.values()),
+            "errors_after_removal": len(failures),
+            "error_statuses": sorted({f.status for f in failures}),
+            "seconds_until_answering_again": None if recovered is None else round(recovered - removed_at, 1),
+            "ok_after_removal": sum(s.status == 200 for s in after),
+            "correct_after_removal": sum(s.correct for s in after),
+        }
+
+        # 4. Flood at about 4x capacity (capacity: 4 replicas x 2 pages in flight).
+        flood = load.run([(32, 20.0)])
+        summary = window(flood, 0, float("inf"))
+        report["flood"] = {**summary, "every_200_correct": summary["ok"] == summary["correct"]}
+
+        all_runs = {"step": to_json(step), "node_loss": to_json(loss), "flood": to_json(flood)}
+        options.report.parent.mkdir(parents=True, exist_ok=True)
+        options.report.write_text(json.dumps({"summary": report, "runs": all_runs}))
+        plot(step, options.plot, title="OCR replicas under a load step (3 nodes)")
+        print(json.dumps(report, indent=1))
+        print(f"report: {options.report}  plot: {options.plot}  total {time.monotonic() - started:.0f}s")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+    return 0
+
+
+def _count(values) -> dict:
+    counts: dict = {}
+    for value in values:
+        counts[value[:8]] = counts.get(value[:8], 0) + 1
+    return counts
+
+
+if __name__ == "__main__":
+    sys.exit(main())
