@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: run test install install-test accuracy bench clean
+.PHONY: run test install install-test accuracy bench scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ accuracy: install
 
 bench: install
 	$(BIN)/python load/bench.py
+
+scale: install-test
+	$(BIN)/python load/cluster_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

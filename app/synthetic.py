@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from PIL import Image, ImageDraw, ImageFont
 
 WARMUP_LINES = ("Warm-up page 0123456789", "The quick brown fox jumps over the lazy dog")
@@ -26,3 +28,9 @@ def render_text_page(
         column, row = divmod(i, per_column)
         draw.text((margin + column * column_width, margin + row * line_height), text, fill="black", font=font)
     return image
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()

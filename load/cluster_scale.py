@@ -81,8 +81,7 @@ def main() -> int:
 
     from app.builder import build_app
     from app.deploy import deploy
-    from app.synthetic import render_text_page
-    from tests.conftest import png_bytes
+    from app.synthetic import png_bytes, render_text_page
 
     started = time.monotonic()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 1, "include_dashboard": False})

@@ -88,8 +88,7 @@ def engine_table(model_dir: Path, batches: list[int], dtypes: list[str], new_tok
 
 
 def serve_rows(model_dir: Path, new_tokens: int, requests: int, concurrency: int, gpu: bool) -> list[str]:
-    from app.synthetic import render_text_page
-    from tests.conftest import png_bytes
+    from app.synthetic import png_bytes, render_text_page
 
     image = png_bytes(render_text_page([f"Serve benchmark line {i}" for i in range(20)], width=1240, font_size=28))
     rows = []

@@ -202,8 +202,7 @@ def main() -> int:
         payload = options.image.read_bytes()
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from app.synthetic import render_text_page
-        from tests.conftest import png_bytes
+        from app.synthetic import png_bytes, render_text_page
 
         payload = png_bytes(render_text_page(["Step load 4711"], width=600))
         options.expect = options.expect or "step load 4711"

@@ -52,9 +52,8 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     options = parser.parse_args()
 
-    from app.synthetic import render_text_page
+    from app.synthetic import png_bytes, render_text_page
     from app.tools.tiny_vlm import build_got_ocr2
-    from tests.conftest import png_bytes
 
     model_dir = options.model_dir or build_got_ocr2(Path(tempfile.mkdtemp()) / "tiny-got")
     image = png_bytes(render_text_page(["Batch benchmark page", "0123456789"]))

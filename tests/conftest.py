@@ -16,7 +16,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from app.synthetic import render_text_page
+from app.synthetic import png_bytes, render_text_page  # noqa: F401 (png_bytes: used by tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -80,12 +80,6 @@ def service_url(ray_session) -> str:
 def client(service_url):
     with httpx.Client(base_url=service_url, timeout=120) as http:
         yield http
-
-
-def png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def pdf_bytes(images: list[Image.Image]) -> bytes:
