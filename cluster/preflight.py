@@ -1,0 +1,161 @@
+"""Node preflight: is this machine ready to run the service's GPU image?
+
+    python cluster/preflight.py [--cuda 12.4] [--image REGISTRY/ocr:1.2.0] [--min-shm-gib 8] [--min-disk-gib 100]
+
+Prints one row per check and exits 1 if any check fails. Checks: the NVIDIA driver and its GPUs
+(NVML), that the driver supports the image's CUDA version, that nouveau is not loaded, the NVIDIA
+runtime in Docker's config, /dev/shm size, free disk, clock synchronisation, and that torch sees
+CUDA (inside --image when given, else in this Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+def load_nvml():
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def check_driver(nvml_loader: Callable = load_nvml) -> tuple[Check, Optional[object]]:
+    try:
+        nvml = nvml_loader()
+    except Exception as exc:
+        return Check("nvidia driver", FAIL, f"no NVIDIA driver found ({type(exc).__name__}: {exc})"), None
+    version = _text(nvml.nvmlSystemGetDriverVersion())
+    names = [_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(nvml.nvmlDeviceGetCount())]
+    if not names:
+        return Check("nvidia driver", FAIL, f"driver {version} but no GPUs"), nvml
+    return Check("nvidia driver", PASS, f"driver {version}, {len(names)} GPU(s): {', '.join(sorted(set(names)))}"), nvml
+
+
+def check_cuda(nvml, image_cuda: str) -> Check:
+    if nvml is None:
+        return Check("driver supports CUDA", FAIL, "no driver to ask")
+    supported = nvml.nvmlSystemGetCudaDriverVersion_v2()  # e.g. 12040 for 12.4
+    major, minor = supported // 1000, (supported % 1000) // 10
+    wanted = tuple(int(part) for part in image_cuda.split(".")[:2])
+    status = PASS if (major, minor) >= wanted else FAIL
+    return Check("driver supports CUDA", status, f"driver supports CUDA {major}.{minor}, image needs {image_cuda}")
+
+
+def check_nouveau(modules: Path = Path("/proc/modules")) -> Check:
+    try:
+        loaded = any(line.split(" ", 1)[0] == "nouveau" for line in modules.read_text().splitlines())
+    except OSError as exc:
+        return Check("nouveau not loaded", WARN, f"cannot read {modules}: {exc}")
+    if loaded:
+        return Check("nouveau not loaded", FAIL, "nouveau holds the GPU: blacklist it and reboot")
+    return Check("nouveau not loaded", PASS, "not loaded")
+
+
+def check_container_runtime(config: Path = Path("/etc/docker/daemon.json")) -> Check:
+    try:
+        runtimes = json.loads(config.read_text()).get("runtimes", {})
+    except FileNotFoundError:
+        return Check("nvidia container runtime", FAIL, f"{config} missing: run nvidia-ctk runtime configure")
+    except (OSError, ValueError) as exc:
+        return Check("nvidia container runtime", FAIL, f"{config} unreadable: {exc}")
+    if "nvidia" not in runtimes:
+        return Check("nvidia container runtime", FAIL, f"no 'nvidia' runtime in {config}")
+    return Check("nvidia container runtime", PASS, f"nvidia runtime: {runtimes['nvidia'].get('path', '?')}")
+
+
+def check_space(name: str, path: str, minimum_gib: float) -> Check:
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError as exc:
+        return Check(name, FAIL, f"{path}: {exc}")
+    value = (usage.total if path == "/dev/shm" else usage.free) / 2**30
+    what = "size" if path == "/dev/shm" else "free"
+    status = PASS if value >= minimum_gib else FAIL
+    return Check(name, status, f"{path} {what} {value:.1f} GiB (need {minimum_gib:g})")
+
+
+def check_clock(run: Callable = subprocess.run) -> Check:
+    try:
+        result = run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("clock synchronised", WARN, f"cannot ask timedatectl ({exc}); check chrony/NTP by hand")
+    answer = result.stdout.strip()
+    if answer == "yes":
+        return Check("clock synchronised", PASS, "NTP synchronised")
+    if answer == "no":
+        return Check("clock synchronised", FAIL, "NTP not synchronised: Ray and logs need one clock across nodes")
+    reason = (result.stderr.strip().splitlines() or ["no output"])[0][:80]
+    return Check("clock synchronised", WARN, f"timedatectl gave no answer ({reason})")
+
+
+def check_torch_cuda(image: Optional[str], run: Callable = subprocess.run) -> Check:
+    probe = "import torch; print(torch.cuda.is_available())"
+    command = (["docker", "run", "--rm", "--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all", image, "python3", "-c", probe]
+               if image else [sys.executable, "-c", probe])
+    where = f"in {image}" if image else "in this Python"
+    try:
+        result = run(command, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("torch sees CUDA", FAIL, f"{where}: {exc}")
+    if result.stdout.strip().endswith("True"):
+        return Check("torch sees CUDA", PASS, where)
+    return Check("torch sees CUDA", FAIL, f"{where}: {(result.stdout + result.stderr).strip()[-160:] or 'False'}")
+
+
+def run_checks(options, nvml_loader: Callable = load_nvml) -> list[Check]:
+    driver, nvml = check_driver(nvml_loader)
+    return [
+        driver,
+        check_cuda(nvml, options.cuda),
+        check_nouveau(),
+        check_container_runtime(),
+        check_space("shared memory", "/dev/shm", options.min_shm_gib),
+        check_space("free disk", options.disk_path, options.min_disk_gib),
+        check_clock(),
+        check_torch_cuda(options.image),
+    ]
+
+
+def table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    return "\n".join(f"{c.name:<{width}}  {c.status:<4}  {c.detail}" for c in checks)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cuda", default="12.4", help="CUDA version the image was built for")
+    parser.add_argument("--image", help="run the torch check inside this image (docker run)")
+    parser.add_argument("--min-shm-gib", type=float, default=8.0)
+    parser.add_argument("--min-disk-gib", type=float, default=100.0)
+    parser.add_argument("--disk-path", default="/var/lib/docker" if Path("/var/lib/docker").exists() else "/")
+    options = parser.parse_args(argv)
+    checks = run_checks(options)
+    print(table(checks))
+    failed = [c.name for c in checks if c.status == FAIL]
+    print(f"\n{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "\nall checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
