@@ -1,19 +1,65 @@
-# Service image. The offline delivery pipeline (wheelhouse-only installs, weights layer,
-# labels, bundle/verify tooling) is built out under cluster/; this is the plain image.
-ARG BASE_IMAGE=python:3.11-slim
-FROM ${BASE_IMAGE}
+# syntax=docker/dockerfile:1
+# The service image, built where there is internet and carried into the room.
+# Python packages come only from the wheelhouse (cluster/wheelhouse.sh), never from an index.
+# Layers run slowest-changing first: system, Python dependencies, app code, then the weights,
+# so a new model version ships as one layer.
+#
+#   cluster/wheelhouse.sh wheelhouse --set gpu --torch-index https://download.pytorch.org/whl/cu124
+#   docker build --build-arg VERSION=1.2.0 --build-arg GIT_COMMIT=$(git rev-parse HEAD) \
+#     --build-arg MODEL_NAME=got-ocr2 --build-arg WEIGHTS_DIGEST=$(sha256sum models/got-ocr2/weights.sha256 | cut -c1-64) \
+#     -t registry.local/ocr:1.2.0 .
+ARG BASE_IMAGE=nvidia/cuda:12.4.1-runtime-ubuntu22.04
 
-ENV HF_HUB_OFFLINE=1 \
+FROM ${BASE_IMAGE} AS system
+ENV DEBIAN_FRONTEND=noninteractive
+# Versions come from the base image's release snapshot; pinning them breaks builds when the mirror moves on.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3.11 python3.11-venv libglib2.0-0 curl ca-certificates tini \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3.11 -m venv /opt/venv \
+    && useradd --create-home --uid 10001 ocr
+
+FROM system AS dependencies
+ARG REQUIREMENTS=requirements-gpu.txt
+COPY cluster/requirements-cpu.txt cluster/requirements-gpu.txt /tmp/requirements/
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheelhouse -r "/tmp/requirements/${REQUIREMENTS}"
+
+FROM dependencies AS service
+RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
+    /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheelhouse/offline_ocr_serve-*.whl
+COPY --chmod=0755 cluster/entrypoint.sh /usr/local/bin/ocr-entrypoint
+COPY serve_config.yaml /etc/ocr/serve_config.yaml
+
+FROM service AS final
+ARG MODEL_NAME=got-ocr2
+COPY --chown=ocr:ocr models/${MODEL_NAME} /models/${MODEL_NAME}
+
+ARG VERSION=0.0.0-dev
+ARG GIT_COMMIT=unknown
+ARG BUILD_DATE=unknown
+ARG CUDA_VERSION=12.4
+ARG WEIGHTS_DIGEST=unknown
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${GIT_COMMIT}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      ocr.cuda.version="${CUDA_VERSION}" \
+      ocr.model.name="${MODEL_NAME}" \
+      ocr.model.weights_digest="${WEIGHTS_DIGEST}"
+
+ENV PATH=/opt/venv/bin:${PATH} \
+    HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
+    PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 \
     RAY_USAGE_STATS_ENABLED=0 \
     PYTHONUNBUFFERED=1
 
-WORKDIR /srv
-COPY pyproject.toml README.md ./
-COPY app ./app
-RUN pip install --no-cache-dir . && useradd --create-home ocr
-USER ocr
-
-EXPOSE 8000
-HEALTHCHECK --start-period=120s --interval=30s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=5)"
-CMD ["python", "-m", "app", "--host", "0.0.0.0", "--port", "8000"]
+USER 10001
+WORKDIR /home/ocr
+EXPOSE 8000 6379 8265
+# Liveness only: weights of several GB take minutes to load and verify, so give them time.
+HEALTHCHECK --start-period=600s --interval=30s --timeout=10s --retries=3 \
+    CMD ["sh", "-c", "curl -fsS http://127.0.0.1:8000/healthz || exit 1"]
+ENTRYPOINT ["tini", "--", "ocr-entrypoint"]
+CMD ["standalone"]
