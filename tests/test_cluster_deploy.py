@@ -133,6 +133,7 @@ def test_fleet_config_fails_fast_without_gpus(head_node, tmp_path):
         60, "DEPLOY_FAILED",
     )
     elapsed = time.monotonic() - started
+    print(f"fleet config on a GPU-less cluster: DEPLOY_FAILED {elapsed:.1f}s after serve deploy")
     assert elapsed < 30, f"took {elapsed:.1f}s to fail"
     assert "GPU" in status["message"] and "has 0" in status["message"], status["message"]
 
