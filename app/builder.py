@@ -40,6 +40,8 @@ def ocr_scaling_options(settings: Settings) -> dict:
     capacity = settings.batching.max_batch_size * settings.batching.max_concurrent_batches
     # Below batch x concurrency the batches never fill (ray#43288); twice it keeps the next batch queued.
     options = {"max_ongoing_requests": 2 * capacity}
+    if settings.ocr_max_replicas_per_node:
+        options["max_replicas_per_node"] = settings.ocr_max_replicas_per_node
     scaling = settings.ocr_autoscaling
     if scaling is None:
         return options | {"num_replicas": settings.ocr_replicas}

@@ -106,6 +106,9 @@ class Settings(BaseModel):
     ocr_num_gpus: float = Field(
         0.0, ge=0, description="GPU fraction per OCR replica (ray_actor_options.num_gpus); 0.25 packs 4 per GPU."
     )
+    ocr_max_replicas_per_node: Optional[int] = Field(
+        None, ge=1, description="Spread OCR replicas: at most this many on one node (losing a node loses fewer)."
+    )
     ocr_autoscaling: Optional[OCRAutoscaling] = Field(
         None, description="Scale OCR replicas with the queue; unset: a fixed ocr_replicas."
     )

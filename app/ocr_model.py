@@ -75,13 +75,20 @@ class OCRModel:
                 max_batch_size=config.max_batch_size,
                 batch_wait_timeout_s=config.batch_wait_timeout_s,
                 max_concurrent_batches=config.max_concurrent_batches,
-                batch_size_fn=lambda pages: batch_cost(pages, config.max_batch_size, config.max_batch_pixels),
+                batch_size_fn=self._batch_cost,
             )(self._run_batch)
         else:
             self._batcher.set_max_batch_size(config.max_batch_size)
             self._batcher.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
         self._config = config
         logger.info("batching: %s", config)
+
+    def _batch_cost(self, pages: list) -> int:
+        """Against the config in force now, so that live changes of the knobs apply to the cost too."""
+        try:
+            return batch_cost(pages, self._config.max_batch_size, self._config.max_batch_pixels)
+        except Exception:  # never raise inside the batcher (ray#66140)
+            return len(pages)
 
     def _within_device_limits(self, config: BatchConfig) -> BatchConfig:
         """Clamp the configured batch to what the warm-up measured fits the device."""

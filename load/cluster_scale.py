@@ -4,7 +4,8 @@
 
 Three Ray nodes (a head and two workers, each with 4 CPUs and one logical GPU) run the
 application with the fleet's shape scaled down: OCR replicas at num_gpus 0.25 under the
-queue-length policy (1 to 4 replicas, batch capacity 2 pages), the CPU stages fixed.
+queue-length policy (2 to 3 replicas, at most one per node, batch capacity 2 pages), the
+CPU stages fixed.
 Then, with the bounded step-load runner (load/stepload.py):
   1. where the OCR replicas run (node ids);
   2. a load step: 1 client, then 8, then none; replicas over time, time to scale up and
@@ -32,11 +33,14 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.stepload import StepLoad, plot, to_json, window  # noqa: E402
+from load.stepload import StepLoad, plot, replica_counts, to_json, window  # noqa: E402
 
-MIN_REPLICAS, MAX_REPLICAS = 1, 4
+# Two replicas at least, one per node at most: the replicas always span two nodes, so losing
+# a worker always loses a replica, and the step can add the third node's.
+MIN_REPLICAS, MAX_REPLICAS = 2, 3
 ARGS = {
     "engine": "ppocr", "engine_threads": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0.25,
+    "ocr_max_replicas_per_node": 1,
     "ocr_autoscaling": {"min_replicas": MIN_REPLICAS, "max_replicas": MAX_REPLICAS, "upscale_delay_s": 2,
                         "downscale_delay_s": 8, "look_back_period_s": 11, "policy": "queue"},
     "batching": {"max_batch_size": 2, "batch_wait_timeout_s": 0.02, "max_concurrent_batches": 1},
@@ -98,12 +102,17 @@ def main() -> int:
         payload = png_bytes(render_text_page(["Scale test 4711"], width=600))
         load = StepLoad(url, payload, lambda body: EXPECTED in body["text"].lower(), sample_replicas=True)
 
-        # 1-2. The load step.
+        # 1. Where the OCR replicas run.
+        placements = ocr_placements(serve, want=MIN_REPLICAS)
+        report["placement"] = {"ocr_replicas_by_node": _count(placements.values()),
+                               "nodes_with_ocr_replicas": len(set(placements.values()))}
+
+        # 2. The load step.
         steps = [(1, 15.0), (8, 45.0), (0, 75.0)]
         step = load.run(steps)
         step_at, quiet_at = steps[0][1], steps[0][1] + steps[1][1]
         peak = max((c.get("OCRModel", 0) for _, c in step.replicas), default=0)
-        scaled_up = first_time(step, step_at, lambda n: n >= min(peak, MAX_REPLICAS) and n > MIN_REPLICAS)
+        scaled_up = first_time(step, step_at, lambda n: n >= peak and n > MIN_REPLICAS)
         back_down = first_time(step, quiet_at, lambda n: n <= MIN_REPLICAS)
         report["step"] = {
             "peak_ocr_replicas": peak,
@@ -114,21 +123,16 @@ def main() -> int:
             "all": window(step, 0, float("inf")),
         }
 
-        # 3. Node loss under light load: scale to more than one replica, then lose a worker
-        #    that holds one of them.
-        load.run([(6, 20.0)])
-        placements = ocr_placements(serve, want=2)
-        report["placement"] = {"ocr_replicas_by_node": _count(placements.values()),
-                               "nodes_with_ocr_replicas": len(set(placements.values()))}
+        # 3. Node loss under light load: remove a worker that holds an OCR replica.
+        placements = ocr_placements(serve, want=MIN_REPLICAS)
         victim = next((w for w in workers if w.node_id in set(placements.values())), workers[0])
-        removed_at = 5.0
 
         def remove_victim(index: int, run) -> None:
             if index == 1:
                 run.events.append((run.offered[-1][0], "worker node removed"))
                 cluster.remove_node(victim)
 
-        loss = load.run([(1, removed_at), (1, 40.0)], on_step=remove_victim)
+        loss = load.run([(1, 5.0), (1, 40.0)], on_step=remove_victim)
         removed_at = loss.events[0][0]
         after = [s for s in loss.samples if s.started + s.latency >= removed_at]
         failures = [s for s in after if s.status != 200]
@@ -141,9 +145,10 @@ def main() -> int:
             "seconds_until_answering_again": None if recovered is None else round(recovered - removed_at, 1),
             "ok_after_removal": sum(s.status == 200 for s in after),
             "correct_after_removal": sum(s.correct for s in after),
+            "ocr_replicas_at_end": replica_counts().get("OCRModel", 0),
         }
 
-        # 4. Flood at about 4x capacity (capacity: 4 replicas x 2 pages in flight).
+        # 4. Flood at about 4x capacity (3 replicas x 2 pages in flight, plus the ingress's 12).
         flood = load.run([(32, 20.0)])
         summary = window(flood, 0, float("inf"))
         report["flood"] = {**summary, "every_200_correct": summary["ok"] == summary["correct"]}

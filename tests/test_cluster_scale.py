@@ -31,7 +31,7 @@ def test_three_node_cluster_scales_survives_node_loss_and_sheds_a_flood(tmp_path
     assert summary["placement"]["nodes_with_ocr_replicas"] >= 2
 
     step = summary["step"]
-    assert step["peak_ocr_replicas"] > 1
+    assert step["peak_ocr_replicas"] > 2  # above min_replicas
     assert step["seconds_to_scale_up"] is not None
     assert step["seconds_back_to_min_after_load"] is not None
     assert step["all"]["failed"] == 0 and step["all"]["ok"] == step["all"]["correct"] > 0
