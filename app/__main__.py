@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import yaml
 
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, default=None, help="logical CPUs for the local Ray instance")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs for the local Ray instance (default: detect)")
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--stop-timeout", type=float, default=5.0,
+                        help="seconds in-flight requests get to finish on Ctrl-C before Ray is stopped")
     options = parser.parse_args(argv)
 
     import ray
@@ -52,16 +55,32 @@ def main(argv: list[str] | None = None) -> int:
         serve.shutdown()
         ray.shutdown()
         return 1
-    print(f"OCR service ready at http://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it")
+    print(f"OCR service ready at http://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it",
+          flush=True)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    serve.shutdown()
-    ray.shutdown()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    started = time.monotonic()
+    stop_quickly(options.stop_timeout)
+    print(f"stopped in {time.monotonic() - started:.1f}s", flush=True)
     return 0
+
+
+def stop_quickly(drain_s: float) -> None:
+    """Give Serve `drain_s` to finish in-flight requests, then take the local Ray instance down.
+
+    serve.shutdown() alone waits for every replica's graceful shutdown and then 30 s
+    more for the controller; this runner owns its Ray instance, so after the drain it
+    simply stops it (ray.shutdown ends the raylet, GCS and every worker it started).
+    """
+    import ray
+    from ray import serve
+
+    drained = threading.Thread(target=serve.shutdown, daemon=True)
+    drained.start()
+    drained.join(drain_s)
+    ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,15 @@ class Limits(BaseModel):
     max_pdf_page_pixels: int = Field(
         20_000_000, gt=0, description="A PDF page that would render larger is rendered at a lower dpi."
     )
+    decode_memory_mb: int = Field(
+        2048, ge=256, description="Address-space cap of a decoder process; past it the document gets 422."
+    )
+    page_render_timeout_s: float = Field(
+        30.0, gt=0, description="Wall-clock limit to open, count or render one page in the sandbox; past it 422."
+    )
+    upload_read_timeout_s: float = Field(
+        30.0, gt=0, description="The whole request body must arrive within this; past it 408."
+    )
 
 
 class BatchConfig(BaseModel):
@@ -119,6 +128,12 @@ class Settings(BaseModel):
         256, ge=1, description="Pages each caller may queue for the OCR replicas; beyond: 503 with Retry-After."
     )
     limits: Limits = Field(default_factory=Limits)
+    decode_workers: int = Field(
+        2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
+    )
+    page_retries: int = Field(
+        1, ge=0, le=3, description="Retries of a page whose OCR or postprocess replica died (pages are idempotent)."
+    )
     batching: BatchConfig = Field(default_factory=BatchConfig)
     warmup: bool = Field(True, description="Run a synthetic page through the engine before taking traffic.")
     readiness_timeout_s: float = Field(

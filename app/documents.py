@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -17,7 +18,7 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from app.config import Limits
-from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
+from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 
 # PDFium is not thread-safe, and the preprocessor decodes in worker threads.
 _PDFIUM_LOCK = threading.Lock()
@@ -63,35 +64,50 @@ def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
 
 
 def parse_page_spec(spec: Optional[str], page_count: int, max_pages: int) -> list[int]:
-    """'1-3,7' -> [0, 1, 2, 6]; '5-' is page 5 to the end (0-based, in document order, no repeats), within the page limit."""
+    """'1-3,7' -> [0, 1, 2, 6]; '5-' is page 5 to the end (0-based, in document order, no repeats), within the page limit.
+
+    The count is checked before any list is built: a file may claim 2**31 frames, and a
+    selection may name a range of a billion pages.
+    """
     if not spec or not spec.strip():
-        selected = list(range(page_count))
+        ranges = [(0, page_count)] if page_count > 0 else []
     else:
-        chosen: set[int] = set()
-        for part in spec.split(","):
-            chosen.update(_parse_range(part.strip(), page_count))
-        selected = sorted(chosen)
-    if len(selected) > max_pages:
+        if len(spec) > 1000:
+            raise BadRequest("The page selection is longer than 1000 characters.", code="invalid_pages")
+        ranges = _merge([_parse_range(part.strip(), page_count) for part in spec.split(",")])
+    selected = sum(end - start for start, end in ranges)
+    if selected > max_pages:
         raise PayloadTooLarge(
-            f"The document has {len(selected)} pages to process; the limit is max_pages={max_pages}. "
+            f"The document has {selected} pages to process; the limit is max_pages={max_pages}. "
             "Select fewer with the 'pages' parameter.",
             code="too_many_pages",
         )
-    return selected
+    return [index for start, end in ranges for index in range(start, end)]
 
 
-def _parse_range(part: str, page_count: int) -> range:
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Half-open ranges sorted and joined, so that repeats count once."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _parse_range(part: str, page_count: int) -> tuple[int, int]:
     try:
         first, dash, last = part.partition("-")
         start = int(first)
         end = int(last) if last else (page_count if dash else start)  # "5-" runs to the last page
     except ValueError:
-        raise BadRequest(f"Bad page selection '{part}': use e.g. '1-3,7'.", code="invalid_pages") from None
+        raise BadRequest(f"Bad page selection '{part[:40]}': use e.g. '1-3,7'.", code="invalid_pages") from None
     if start < 1 or end < start or end > page_count:
         raise BadRequest(
-            f"Page selection '{part}' is outside the document's {page_count} page(s).", code="invalid_pages"
+            f"Page selection '{part[:40]}' is outside the document's {page_count} page(s).", code="invalid_pages"
         )
-    return range(start - 1, end)
+    return start - 1, end
 
 
 def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
@@ -105,24 +121,36 @@ def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], 
 
 
 def _decode_image(data: bytes, pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
-    try:
+    with _pillow_errors_as_4xx():
         img = Image.open(io.BytesIO(data))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise UnprocessableDocument(f"The image could not be decoded: {exc}", code="corrupt_image") from None
-    except Image.DecompressionBombError as exc:
-        raise PayloadTooLarge(str(exc), code="image_too_large") from None
-    frames = getattr(img, "n_frames", 1)  # multi-page TIFF: one page per frame
-    for frame in parse_page_spec(pages, frames, limits.max_pages):
-        try:
+        frames = getattr(img, "n_frames", 1)  # multi-page TIFF: one page per frame (counting can fail too)
+        selected = parse_page_spec(pages, frames, limits.max_pages)
+    for frame in selected:
+        with _pillow_errors_as_4xx():
             img.seek(frame)
             _check_pixels(img.size, limits.max_image_pixels)
             img.load()
             page = ImageOps.exif_transpose(img) if frame == 0 else img.copy()
-            yield DecodedPage(_to_engine_mode(page), page_number=frame + 1)
-        except (OSError, ValueError, SyntaxError, EOFError) as exc:
-            raise UnprocessableDocument(f"The image could not be decoded: {exc}", code="corrupt_image") from None
-        except Image.DecompressionBombError as exc:
-            raise PayloadTooLarge(str(exc), code="image_too_large") from None
+            page = _to_engine_mode(page)
+        yield DecodedPage(page, page_number=frame + 1)
+
+
+@contextmanager
+def _pillow_errors_as_4xx():
+    """Whatever Pillow raises on a hostile file is the file's fault: a 4xx, never a 500.
+
+    Our own errors pass through; MemoryError too, so that the sandbox can name its memory limit.
+    """
+    try:
+        yield
+    except (OCRServiceError, MemoryError):
+        raise
+    except Image.DecompressionBombError as exc:
+        raise PayloadTooLarge(str(exc), code="image_too_large") from None
+    except Exception as exc:
+        raise UnprocessableDocument(
+            f"The image could not be decoded: {type(exc).__name__}: {str(exc)[:200]}", code="corrupt_image"
+        ) from None
 
 
 def _check_pixels(size: tuple[int, int], max_pixels: int) -> None:
@@ -162,9 +190,9 @@ def _rasterise_pdf(data: bytes, pages: Optional[str], limits: Limits) -> Iterato
     with _PDFIUM_LOCK:
         pdf = _open_pdf(data)
     try:
-        with _PDFIUM_LOCK:
+        with _PDFIUM_LOCK, _pdfium_errors_as_4xx("The PDF's pages could not be counted"):
             count = len(pdf)
-        if count == 0:
+        if count <= 0:
             raise UnprocessableDocument("The PDF has no pages.", code="corrupt_pdf")
         for index in parse_page_spec(pages, count, limits.max_pages):
             with _PDFIUM_LOCK:
@@ -184,20 +212,32 @@ def _open_pdf(data: bytes) -> pdfium.PdfDocument:
                 "The PDF is encrypted with a password; send an unencrypted copy.", code="encrypted_pdf"
             ) from None
         raise UnprocessableDocument(f"The PDF could not be opened: {exc}", code="corrupt_pdf") from None
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise UnprocessableDocument(f"The PDF could not be opened: {type(exc).__name__}", code="corrupt_pdf") from None
+
+
+@contextmanager
+def _pdfium_errors_as_4xx(what: str):
+    try:
+        yield
+    except (OCRServiceError, MemoryError):
+        raise
+    except Exception as exc:
+        raise UnprocessableDocument(f"{what}: {type(exc).__name__}: {str(exc)[:200]}", code="corrupt_pdf") from None
 
 
 def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits) -> DecodedPage:
-    try:
+    with _pdfium_errors_as_4xx(f"PDF page {index + 1} could not be rendered"):
         page = pdf[index]
         width_pt, height_pt = page.get_size()
-        if width_pt <= 0 or height_pt <= 0:
+        if not (width_pt > 0 and height_pt > 0):  # also catches NaN
             raise UnprocessableDocument(f"PDF page {index + 1} has no area.", code="corrupt_pdf")
         dpi = _page_dpi(width_pt, height_pt, limits)
         image = page.render(scale=dpi / 72.0, grayscale=False).to_pil()
         page.close()
-    except pdfium.PdfiumError as exc:
-        raise UnprocessableDocument(f"PDF page {index + 1} could not be rendered: {exc}", code="corrupt_pdf") from None
-    return DecodedPage(_to_engine_mode(image), page_number=index + 1, dpi=dpi)
+        return DecodedPage(_to_engine_mode(image), page_number=index + 1, dpi=dpi)
 
 
 def _page_dpi(width_pt: float, height_pt: float, limits: Limits) -> float:

@@ -3,15 +3,16 @@
 Deployments raise `OCRServiceError` subclasses; the ingress turns any exception,
 including a `RayTaskError` wrapping one from another replica, into the JSON body
 `{"error": {"code", "message", "retryable"}}` through `to_error()`.
+
+The taxonomy itself imports nothing of Ray: the decoder sandbox's worker processes
+raise these classes and must start in a fraction of a second. Only the mapping of
+Ray's own exceptions (`unwrap`, `to_error`, `is_replica_loss`) imports Ray, lazily.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Optional
-
-from ray.exceptions import RayTaskError
-from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 logger = logging.getLogger("ray.serve")
 
@@ -56,6 +57,18 @@ class UnprocessableDocument(OCRServiceError):
     status, code = 422, "unprocessable_document"
 
 
+class DocumentTooComplex(UnprocessableDocument):
+    """The document passed a decoding limit (memory or time): the same file will fail again."""
+
+    code = "document_too_complex"
+
+
+class RequestTimeout(OCRServiceError):
+    """The client did not send its body in time; a retry over a better link may succeed."""
+
+    status, code, retryable = 408, "upload_timeout", True
+
+
 class ServiceUnavailable(OCRServiceError):
     status, code, retryable = 503, "unavailable", True
 
@@ -69,24 +82,78 @@ class EngineFailure(OCRServiceError):
     status, code = 500, "engine_failure"
 
 
+def _ray_exceptions():
+    from ray import exceptions as ray_exceptions
+    from ray.serve import exceptions as serve_exceptions
+
+    return ray_exceptions, serve_exceptions
+
+
 def unwrap(exc: BaseException) -> BaseException:
     """Peel `RayTaskError` layers to reach the exception a replica actually raised."""
+    ray_exceptions, _ = _ray_exceptions()
     for _ in range(16):  # bounded: a chain of replicas, never a cycle
-        cause = getattr(exc, "cause", None) if isinstance(exc, RayTaskError) else None
+        cause = getattr(exc, "cause", None) if isinstance(exc, ray_exceptions.RayTaskError) else None
         if not isinstance(cause, BaseException):
             break
         exc = cause
     return exc
 
 
+def _chain(exc: BaseException):
+    """The exception, the ones it wraps (RayTaskError.cause) and its Python causes, bounded."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo and len(seen) < 32:
+        current = todo.pop()
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        todo.extend(c for c in (getattr(current, "cause", None), current.__cause__, current.__context__)
+                    if isinstance(c, BaseException))
+    return seen
+
+
+# Words Serve uses when a call failed because the replica (or the one that produced its
+# input) is gone, in the RayServeException it raises without a typed cause.
+_REPLICA_LOSS_WORDS = ("actor died", "actordiederror", "actorunavailableerror", "unavailable", "was killed",
+                       "dead", "worker crashed", "node died")
+
+
+def is_replica_loss(exc: BaseException) -> bool:
+    """True when a call failed because a replica or its worker died, not because of the request.
+
+    OCR and postprocessing of a page are idempotent, so such a failure is retried once.
+    """
+    ray_exceptions, serve_exceptions = _ray_exceptions()
+    lost = (ray_exceptions.RayActorError, ray_exceptions.WorkerCrashedError, ray_exceptions.NodeDiedError,
+            ray_exceptions.ObjectLostError, ray_exceptions.OwnerDiedError, ray_exceptions.OutOfMemoryError,
+            serve_exceptions.DeploymentUnavailableError)
+    for current in _chain(exc):
+        if isinstance(current, OCRServiceError):
+            return False  # a replica answered, with an error of its own
+        if isinstance(current, lost):
+            return True
+        if isinstance(current, serve_exceptions.RayServeException):
+            text = str(current).lower()
+            if any(word in text for word in _REPLICA_LOSS_WORDS):
+                return True
+    return False
+
+
 def to_error(exc: BaseException) -> OCRServiceError:
     """Map any exception to the public taxonomy. Unknown ones are logged with their trace."""
+    ray_exceptions, serve_exceptions = _ray_exceptions()
     exc = unwrap(exc)
     if isinstance(exc, OCRServiceError):
         return exc
-    if isinstance(exc, BackPressureError):
+    if isinstance(exc, serve_exceptions.BackPressureError):
         return ServiceUnavailable("The service is at capacity; retry later.", code="overloaded", retry_after_s=2)
-    if isinstance(exc, DeploymentUnavailableError):
+    if isinstance(exc, ray_exceptions.OutOfMemoryError):
+        return ServiceUnavailable("A stage ran out of memory on its node; retry later.", code="stage_out_of_memory")
+    if isinstance(exc, ray_exceptions.TaskCancelledError):
+        return ServiceUnavailable("The work was cancelled inside the service; retry.", code="cancelled", retry_after_s=1)
+    if is_replica_loss(exc):
         return ServiceUnavailable("A stage of the OCR pipeline is unavailable.", code="stage_unavailable")
     if isinstance(exc, TimeoutError):
         return ServiceUnavailable("The request timed out inside the service.", code="timeout")

@@ -21,7 +21,8 @@ from ray.serve.handle import DeploymentHandle
 
 from app import __version__
 from app.config import Settings
-from app.errors import OCRServiceError, ServiceUnavailable, to_error
+from app.errors import OCRServiceError, RequestTimeout, ServiceUnavailable, to_error
+from app.retry import retry_on_replica_loss
 from app.uploads import read_upload
 
 logger = logging.getLogger("ray.serve")
@@ -50,6 +51,14 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 def error_response(error: OCRServiceError) -> JSONResponse:
     headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s else None
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+def _request_id(request: Request) -> str:
+    """The client's X-Request-ID when it is a sane token, else a fresh one (it goes into logs and headers)."""
+    given = request.headers.get("x-request-id", "")
+    if 0 < len(given) <= 128 and all(c.isalnum() or c in "-_.:" for c in given):
+        return given
+    return uuid.uuid4().hex
 
 
 def _running_replicas() -> dict:
@@ -83,29 +92,44 @@ class Ingress:
 
     @api.post("/v1/ocr")
     async def ocr(self, request: Request) -> JSONResponse:
+        started = time.perf_counter()
+        request_id = _request_id(request)
+        try:
+            # The body first, under a deadline: a client that stalls mid-upload holds no
+            # admission slot, so stalled connections cannot turn good requests away.
+            limits = self._settings.limits
+            upload = await asyncio.wait_for(read_upload(request, limits.max_upload_bytes), limits.upload_read_timeout_s)
+        except asyncio.TimeoutError:
+            return self._failed(request_id, RequestTimeout(
+                f"The request body did not arrive within limits.upload_read_timeout_s="
+                f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1))
+        except Exception as exc:
+            return self._failed(request_id, exc)
         if self._inflight >= self._settings.max_inflight_requests:
             # Admission control: a bounded amount of work per replica; the rest is told to retry.
-            return error_response(
-                ServiceUnavailable("The service is at capacity; retry later.", code="overloaded", retry_after_s=2)
-            )
+            return self._failed(request_id, ServiceUnavailable(
+                "The service is at capacity; retry later.", code="overloaded", retry_after_s=2))
         self._inflight += 1
         try:
-            return await self._ocr_request(request)
+            return await self._ocr_request(request_id, upload, started)
         finally:
             self._inflight -= 1
 
-    async def _ocr_request(self, request: Request) -> JSONResponse:
-        started = time.perf_counter()
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    @staticmethod
+    def _failed(request_id: str, exc: BaseException) -> JSONResponse:
+        error = to_error(exc)
+        logger.info("request %s failed: %s %s", request_id, error.status, error.code)
+        response = error_response(error)
+        response.headers["X-Request-ID"] = request_id
+        return response
+
+    async def _ocr_request(self, request_id: str, upload, started: float) -> JSONResponse:
+        read_ms = (time.perf_counter() - started) * 1000
         try:
-            upload = await read_upload(request, self._settings.limits.max_upload_bytes)
-            read_ms = (time.perf_counter() - started) * 1000
             pages = await self._run_pipeline(request_id, upload)
             engine = await self._engine_identity()
         except Exception as exc:
-            error = to_error(exc)
-            logger.info("request %s failed: %s %s", request_id, error.status, error.code)
-            return error_response(error)
+            return self._failed(request_id, exc)
         total_ms = (time.perf_counter() - started) * 1000
         logger.info("request %s: %d page(s) in %.0f ms", request_id, len(pages), total_ms)
         return JSONResponse(
@@ -120,20 +144,47 @@ class Ingress:
         )
 
     async def _run_pipeline(self, request_id: str, upload) -> list[dict]:
-        """Dispatch each page onward as soon as the preprocessor yields it; gather in page order."""
-        in_flight = []
+        """Dispatch each page onward as soon as the preprocessor yields it; gather in page order.
+
+        The first page that fails for good fails the request at once: the other pages,
+        and the rest of the document still rasterising, are cancelled.
+        """
+        stream = self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages)
+        tasks: list[asyncio.Task] = []
+        streamed = False
         try:
-            async for page in self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages):
-                in_flight.append(self._post.process.remote(self._ocr.infer.remote(page)))
-        except Exception:
-            for response in in_flight:
-                response.cancel()
+            async for page in stream:
+                tasks.append(asyncio.ensure_future(self._page_result(page)))
+                if any(task.done() and task.exception() is not None for task in tasks if not task.cancelled()):
+                    break  # a page failed for good: stop rasterising the rest
+            else:
+                streamed = True
+            if tasks:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            failed = [task for task in tasks if task.done() and not task.cancelled() and task.exception()]
+            if failed:
+                raise failed[0].exception()
+            return sorted((task.result() for task in tasks), key=lambda page: page["index"])
+        finally:
+            if not streamed:
+                stream.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _page_result(self, page) -> dict:
+        """OCR then postprocess one page, sent again if its replica died (app/retry.py)."""
+        return await retry_on_replica_loss(lambda: self._through_stages(page), self._settings.page_retries,
+                                           f"request {page.request_id} page {page.page_number}")
+
+    async def _through_stages(self, page) -> dict:
+        ocr = self._ocr.infer.remote(page)
+        response = self._post.process.remote(ocr)  # the OCR result goes on unawaited
+        try:
+            return await response
+        except asyncio.CancelledError:  # another page failed for good, or the client left
+            ocr.cancel()
+            response.cancel()
             raise
-        results = await asyncio.gather(*in_flight, return_exceptions=True)
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
-        return sorted(results, key=lambda page: page["index"])
 
     async def _engine_identity(self) -> dict:
         if self._engine is None:

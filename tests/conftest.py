@@ -28,6 +28,10 @@ TEST_LIMITS = {
     "max_pages": 5,
     "max_image_pixels": 25_000_000,
     "pdf_dpi": 100,
+    # Tight sandbox limits, so that the hostile-input tests hit them in seconds.
+    "decode_memory_mb": 640,
+    "page_render_timeout_s": 5,
+    "upload_read_timeout_s": 5,
 }
 TEST_ARGS = {
     "engine": "ppocr",

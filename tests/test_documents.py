@@ -129,3 +129,41 @@ def test_fit_to_budget_only_shrinks():
     assert resized.width * resized.height <= 1_000_000 and scale == pytest.approx(0.5)
     same, scale = fit_to_budget(Image.new("RGB", (10, 10)), 2000, 10**6)
     assert scale == 1.0 and same.size == (10, 10)
+
+
+def test_page_counts_are_checked_before_anything_is_built():
+    # 2**31 pages claimed: a list of them would need 17 GB; the check must come first.
+    with pytest.raises(PayloadTooLarge) as caught:
+        parse_page_spec(None, 2**31, max_pages=50)
+    assert "2147483648" in caught.value.message
+    with pytest.raises(PayloadTooLarge):
+        parse_page_spec("1-2000000000", 2**31, max_pages=50)
+    assert parse_page_spec("1-3,2-4,4", 2**31, max_pages=4) == [0, 1, 2, 3]  # overlaps count once
+    with pytest.raises(BadRequest):
+        parse_page_spec("1," * 600, 10, max_pages=10)  # an absurdly long selection
+
+
+def test_apng_claiming_2_31_frames_is_413_at_once():
+    from load.hostile import apng_frame_bomb
+
+    with pytest.raises(PayloadTooLarge) as caught:
+        load_pages(apng_frame_bomb(), "image/png", None, LIMITS)
+    assert caught.value.code == "too_many_pages"
+
+
+@pytest.mark.parametrize("name", ["tiff-cut-50", "tiff-cut-99", "tiff-ifd-past-end", "tiff-ifd-garbage"])
+def test_damaged_tiffs_are_422_not_500(name):
+    from load.hostile import damaged_tiffs
+
+    with pytest.raises(UnprocessableDocument) as caught:
+        load_pages(damaged_tiffs()[name], "image/tiff", None, LIMITS)
+    assert caught.value.code == "corrupt_image"
+
+
+def test_documents_import_no_ray():
+    """The decoder processes run this module; importing Ray there would cost a second and 100 MB each."""
+    import subprocess
+    import sys
+
+    probe = "import sys, app.documents, app.sandbox.worker; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -114,3 +114,70 @@ def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
             assert deployment.autoscaling_config, f"{deployment.name} has no autoscaling_config"
     assert settings.ocr_autoscaling.policy == "queue" and settings.ocr_autoscaling.max_replicas == 960
     assert "pip" not in app.runtime_env and "working_dir" not in app.runtime_env
+
+
+def _run(coro):
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def test_a_page_is_sent_again_once_when_its_replica_died():
+    from ray.exceptions import ActorDiedError
+
+    from app.retry import retry_on_replica_loss
+
+    calls = []
+
+    async def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RayTaskError("process", "tb", ActorDiedError())
+        return "page"
+
+    assert _run(retry_on_replica_loss(flaky, retries=1, what="t", backoff_s=0)) == "page"
+    assert len(calls) == 2
+
+
+def test_a_second_loss_is_a_retryable_503_and_other_errors_are_not_retried():
+    from ray.exceptions import ActorDiedError
+
+    from app.retry import retry_on_replica_loss
+
+    calls = []
+
+    async def always_lost():
+        calls.append(1)
+        raise ActorDiedError()
+
+    with pytest.raises(ActorDiedError) as caught:
+        _run(retry_on_replica_loss(always_lost, retries=1, what="t", backoff_s=0))
+    assert len(calls) == 2
+    error = to_error(caught.value)
+    assert (error.status, error.code, error.retryable) == (503, "stage_unavailable", True)
+
+    calls.clear()
+
+    async def bad_page():
+        calls.append(1)
+        raise BadRequest("the page itself is bad")
+
+    with pytest.raises(BadRequest):
+        _run(retry_on_replica_loss(bad_page, retries=1, what="t", backoff_s=0))
+    assert len(calls) == 1
+
+
+def test_ray_failures_map_to_retryable_503s_never_500():
+    from ray.exceptions import ActorUnavailableError, OutOfMemoryError, TaskCancelledError
+    from ray.serve.exceptions import RayServeException
+
+    cases = {
+        "stage_unavailable": [ActorUnavailableError("gone", None),
+                              RayServeException("Actor died: the upstream replica is dead")],
+        "stage_out_of_memory": [OutOfMemoryError("killed by the memory monitor")],
+        "cancelled": [TaskCancelledError()],
+    }
+    for code, exceptions in cases.items():
+        for exc in exceptions:
+            error = to_error(exc)
+            assert (error.status, error.code, error.retryable) == (503, code, True), exc

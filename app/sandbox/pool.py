@@ -1,0 +1,267 @@
+"""The parent side of the sandbox: a pool of decoder processes owned by one Preprocessor replica.
+
+Blocking pipe I/O runs in the pool's own threads (one per worker), never in the
+event loop and never in the shared default executor, so documents waiting on a slow
+render cannot starve the replica's other work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import AsyncIterator, Optional
+
+from app.config import Limits
+from app.errors import (
+    BadRequest,
+    DocumentTooComplex,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    UnprocessableDocument,
+    UnsupportedMediaType,
+)
+from app.sandbox.protocol import PREFIX, ProtocolError, decode_header, encode_frame, parse_header
+
+logger = logging.getLogger("ray.serve")
+
+# The only error classes a worker may name; anything else reads as an undecodable document.
+_WORKER_ERRORS = {cls.__name__: cls for cls in
+                  (BadRequest, PayloadTooLarge, UnsupportedMediaType, UnprocessableDocument, DocumentTooComplex)}
+WORKER_START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RenderedPage:
+    """One page as the worker left it: engine-sized PNG plus the geometry to map boxes back."""
+
+    page_number: int
+    png: bytes
+    width: int
+    height: int
+    source_width: int
+    source_height: int
+    scale: float
+    dpi: Optional[float]
+    decode_ms: float
+    resize_encode_ms: float
+
+
+class DecoderTimeout(Exception):
+    pass
+
+
+class DecoderDied(Exception):
+    def __init__(self, returncode: Optional[int]):
+        super().__init__(f"decoder exited with {returncode}")
+        self.returncode = returncode
+
+
+class DecoderProcess:
+    """One worker process and its pipes. Not thread-safe: one exchange at a time."""
+
+    def __init__(self, command: list[str]):
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.ready = False
+        self.busy = False  # inside an exchange: its state is unknown if the exchange did not finish
+        self.document_open = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def exchange(self, header: dict, blob: bytes, timeout_s: float) -> tuple[dict, bytes]:
+        """Send one frame and wait for the answer, at most timeout_s (the worker's start not counted)."""
+        self.busy = True
+        if not self.ready:
+            first, _ = self._receive(WORKER_START_TIMEOUT_S)
+            if first.get("type") != "ready":
+                raise ProtocolError(f"worker said {first.get('type')} before ready")
+            self.ready = True
+        self.send(header, blob)
+        answer = self._receive(timeout_s)
+        self.busy = False
+        return answer
+
+    def send(self, header: dict, blob: bytes = b"") -> None:
+        try:
+            self.proc.stdin.write(encode_frame(header, blob))
+        except (BrokenPipeError, OSError):
+            raise DecoderDied(self.proc.wait()) from None
+
+    def _receive(self, timeout_s: float) -> tuple[dict, bytes]:
+        deadline = time.monotonic() + timeout_s
+        header_len, blob_len = decode_header(self._read(PREFIX.size, deadline))
+        header = parse_header(self._read(header_len, deadline))
+        return header, self._read(blob_len, deadline)
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        chunks, left = [], size
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise DecoderTimeout()
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise DecoderDied(self.proc.wait())
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+class DecodeSandbox:
+    """`workers` decoder processes; each document holds one from `open` to its last page."""
+
+    def __init__(self, limits: Limits, max_side: int, max_pixels: int, workers: int):
+        self._limits = limits
+        self._command = [
+            sys.executable, "-m", "app.sandbox.worker", str(limits.decode_memory_mb),
+            json.dumps(limits.model_dump()), json.dumps({"max_side": max_side, "max_pixels": max_pixels}),
+        ]
+        self._slots = asyncio.Semaphore(workers)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decoder")
+        self._idle = [DecoderProcess(self._command) for _ in range(workers)]
+        self.stats = {"documents": 0, "pages": 0, "timeouts": 0, "memory": 0, "crashes": 0, "replaced": 0}
+
+    async def pages(self, data: bytes, content_type: Optional[str], pages: Optional[str],
+                    label: str = "") -> AsyncIterator[RenderedPage]:
+        """The document's pages in order. A broken limit raises DocumentTooComplex and replaces the worker."""
+        async with self._slots:
+            worker = self._take()
+            self.stats["documents"] += 1
+            try:
+                await self._exchange(worker, {"type": "open", "content_type": content_type, "pages": pages},
+                                     data, step="opening the document", label=label)
+                worker.document_open = True
+                for served in itertools.count(1):
+                    step = f"rendering page {served} of those requested"
+                    header, blob = await self._exchange(worker, {"type": "next"}, b"", step=step, label=label)
+                    if header["type"] == "end":
+                        worker.document_open = False
+                        return
+                    self.stats["pages"] += 1
+                    yield self._page(header, blob)
+            finally:
+                self._give_back(worker)
+
+    def _take(self) -> DecoderProcess:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive():
+                return worker
+            self._replace(worker, "found dead while idle")
+        return DecoderProcess(self._command)
+
+    def _give_back(self, worker: DecoderProcess) -> None:
+        """A worker whose last exchange finished is clean; one left mid-exchange (cancelled) is not."""
+        if worker.busy or not worker.alive():
+            worker.kill()
+            self.stats["replaced"] += 1
+            self._idle.append(DecoderProcess(self._command))
+            return
+        if worker.document_open:
+            try:
+                worker.send({"type": "close"})  # the client went away mid-document
+            except DecoderDied:
+                self._replace(worker, "died on close")
+                return
+            worker.document_open = False
+        self._idle.append(worker)
+
+    def _replace(self, worker: DecoderProcess, why: str) -> None:
+        worker.kill()
+        self.stats["replaced"] += 1
+        logger.warning("decoder pid %s replaced: %s", worker.pid, why)
+
+    async def _exchange(self, worker: DecoderProcess, header: dict, blob: bytes, step: str,
+                        label: str) -> tuple[dict, bytes]:
+        loop = asyncio.get_running_loop()
+        timeout_s = self._limits.page_render_timeout_s
+        try:
+            answer, answer_blob = await loop.run_in_executor(self._executor, worker.exchange, header, blob, timeout_s)
+        except DecoderTimeout:
+            self.stats["timeouts"] += 1
+            worker.kill()
+            logger.warning("decoder pid %s killed: %s of %s passed %.0f s", worker.pid, step, label, timeout_s)
+            raise DocumentTooComplex(
+                f"The document is too complex: {step} took longer than "
+                f"limits.page_render_timeout_s={timeout_s:g} s."
+            ) from None
+        except DecoderDied as died:
+            raise self._death(worker, died, step, label) from None
+        except ProtocolError as exc:
+            worker.kill()
+            logger.error("decoder pid %s broke the protocol on %s: %s", worker.pid, label, exc)
+            raise ServiceUnavailable("The document decoder failed; retry.", code="decoder_unavailable") from None
+        if answer["type"] == "error":
+            raise self._worker_error(worker, answer)
+        return answer, answer_blob
+
+    def _death(self, worker: DecoderProcess, died: DecoderDied, step: str, label: str) -> Exception:
+        worker.kill()
+        self.stats["crashes"] += 1
+        code = died.returncode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit {code}"
+        logger.warning("decoder pid %s died (%s) on %s of %s", worker.pid, how, step, label)
+        return DocumentTooComplex(
+            f"The document is too complex: the decoder stopped ({how}) while {step}; it needs more than "
+            f"limits.decode_memory_mb={self._limits.decode_memory_mb} MiB or crashes the decoder."
+        )
+
+    def _worker_error(self, worker: DecoderProcess, answer: dict) -> Exception:
+        worker.document_open = False
+        if answer.get("class") == "MemoryError":
+            self.stats["memory"] += 1
+            worker.kill()  # it exits by itself after a MemoryError; make sure
+            return DocumentTooComplex(
+                "The document is too complex: decoding it needs more than "
+                f"limits.decode_memory_mb={self._limits.decode_memory_mb} MiB."
+            )
+        cls = _WORKER_ERRORS.get(str(answer.get("class")), UnprocessableDocument)
+        return cls(str(answer.get("message") or "The document could not be decoded.")[:500],
+                   code=str(answer.get("code") or cls.code)[:64])
+
+    @staticmethod
+    def _page(header: dict, blob: bytes) -> RenderedPage:
+        return RenderedPage(
+            page_number=int(header["page_number"]), png=blob, width=int(header["width"]),
+            height=int(header["height"]), source_width=int(header["source_width"]),
+            source_height=int(header["source_height"]), scale=float(header["scale"]),
+            dpi=None if header.get("dpi") is None else float(header["dpi"]),
+            decode_ms=float(header["decode_ms"]), resize_encode_ms=float(header["resize_encode_ms"]),
+        )
+
+    def worker_pids(self) -> list[int]:
+        return [w.pid for w in self._idle if w.alive()]
+
+    def close(self) -> None:
+        for worker in self._idle:
+            worker.kill()
+        self._idle.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)

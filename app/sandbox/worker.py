@@ -1,0 +1,130 @@
+"""The decoder process: `python -m app.sandbox.worker MEMORY_MB LIMITS_JSON BUDGET_JSON`.
+
+It caps its own address space before it reads a byte of input, then serves one
+document at a time from stdin, one page per `next`:
+
+  parent -> worker   open (blob: the document) | next | close
+  worker -> parent   ready | opened | page (blob: PNG) | end | error
+
+Everything it computes is pure `app.documents`; what runs here can only hurt this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+# One thread for every numeric library: a decoder is one page at a time, and thread
+# pools reserve address space that would count against the cap.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+
+def cap_memory(memory_mb: int) -> None:
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash on a hostile file leaves no core dump
+
+
+def error_header(exc: BaseException) -> dict:
+    from app.errors import OCRServiceError
+
+    if isinstance(exc, OCRServiceError):
+        return {"type": "error", "class": type(exc).__name__, "code": exc.code, "message": exc.message}
+    if isinstance(exc, MemoryError):
+        return {"type": "error", "class": "MemoryError", "code": "document_too_complex", "message": ""}
+    return {"type": "error", "class": "UnprocessableDocument", "code": "unprocessable_document",
+            "message": f"The document could not be decoded ({type(exc).__name__})."}
+
+
+class Session:
+    """One open document and the page iterator over it."""
+
+    def __init__(self, limits, budget: dict):
+        self._limits = limits
+        self._budget = budget
+        self._pages = None
+
+    def open(self, header: dict, blob: bytes) -> dict:
+        from app.documents import iter_pages
+
+        self.close()
+        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), self._limits)
+        return {"type": "opened"}
+
+    def next(self) -> tuple[dict, bytes]:
+        from app.documents import encode_png, fit_to_budget
+
+        if self._pages is None:
+            return {"type": "end"}, b""
+        start = time.perf_counter()
+        page = next(self._pages, None)
+        if page is None:
+            self.close()
+            return {"type": "end"}, b""
+        decoded = time.perf_counter()
+        image, scale = fit_to_budget(page.image, self._budget["max_side"], self._budget["max_pixels"])
+        png = encode_png(image)
+        header = {
+            "type": "page", "page_number": page.page_number, "width": image.width, "height": image.height,
+            "source_width": page.image.width, "source_height": page.image.height, "scale": scale, "dpi": page.dpi,
+            "decode_ms": round((decoded - start) * 1000, 1),
+            "resize_encode_ms": round((time.perf_counter() - decoded) * 1000, 1),
+        }
+        return header, png
+
+    def close(self) -> None:
+        if self._pages is not None:
+            self._pages.close()
+            self._pages = None
+
+
+def serve_forever(stdin, stdout, session: Session) -> None:
+    from app.sandbox.protocol import ProtocolError, encode_frame, read_frame
+
+    def send(header: dict, blob: bytes = b"") -> None:
+        stdout.write(encode_frame(header, blob))
+        stdout.flush()
+
+    send({"type": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            header, blob = read_frame(stdin)
+        except ProtocolError:
+            return  # the parent went away: nothing left to do
+        kind = header["type"]
+        if kind == "close":
+            session.close()
+            continue
+        try:
+            if kind == "open":
+                send(session.open(header, blob))
+            elif kind == "next":
+                send(*session.next())
+            else:
+                send({"type": "error", "class": "BadRequest", "code": "bad_request", "message": f"unknown {kind}"})
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the document is dropped
+            session.close()
+            send(error_header(exc))
+            if isinstance(exc, MemoryError):
+                return  # the heap may be in pieces: exit and let the parent start a fresh worker
+
+
+def main(argv: list[str]) -> int:
+    memory_mb, limits_json, budget_json = int(argv[1]), argv[2], argv[3]
+    cap_memory(memory_mb)
+    # The protocol owns fd 1; anything a library prints goes to stderr (the replica's log) instead.
+    protocol_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    from app.config import Limits
+
+    session = Session(Limits.model_validate(json.loads(limits_json)), json.loads(budget_json))
+    serve_forever(sys.stdin.buffer, protocol_out, session)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

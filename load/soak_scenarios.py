@@ -1,0 +1,352 @@
+"""The soak suite's scenarios, each a function of a running service: `make soak` runs them long,
+`tests/test_hardening.py` runs them short against the test session's service.
+
+Each returns a plain dict of figures (JSON-ready). Every loop is bounded in count and time,
+and only 127.0.0.1 is ever a target.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+from urllib.parse import urlsplit
+
+import httpx
+
+from app.synthetic import png_bytes, render_text_page
+from load.fuzz import fuzz_cases, is_bad, send_case
+
+GOOD_TEXT = "soak 4711"
+
+
+def good_png(text: str = "Soak 4711 total 9.99") -> bytes:
+    return png_bytes(render_text_page([text], width=420, font_size=30, margin=16))
+
+
+def good_pdf(pages: int = 2) -> bytes:
+    import io
+
+    images = [render_text_page([f"Soak 4711 page {i + 1}"], width=420, font_size=30, margin=16) for i in range(pages)]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=72)
+    return buffer.getvalue()
+
+
+# --- Ray-side observations (the scenario runs in a process connected to the cluster) -------------
+
+def _actor_table() -> list[dict]:
+    # From the GCS directly: the state API (ray.util.state) needs the dashboard, which the
+    # test session and the soak leave off.
+    from ray._private import state
+
+    return list(state.actors().values())
+
+
+def serve_actors() -> dict[str, dict]:
+    """ALIVE Serve replica actors: actor id -> {deployment, pid, restarts}."""
+    actors = {}
+    for actor in _actor_table():
+        name = actor.get("ActorClassName") or ""
+        if actor.get("State") == "ALIVE" and name.startswith("ServeReplica:"):
+            actors[actor["ActorID"]] = {"deployment": name.rsplit(":", 1)[-1], "pid": actor["Pid"],
+                                        "restarts": actor.get("NumRestarts", 0)}
+    return actors
+
+
+def dead_actor_count() -> int:
+    return sum(1 for actor in _actor_table() if actor.get("State") == "DEAD")
+
+
+def running_replicas(app_name: str = "ocr") -> dict[str, int]:
+    from ray import serve
+
+    app = serve.status().applications.get(app_name)
+    if app is None:
+        return {}
+    return {name: int(d.replica_states.get("RUNNING", 0)) for name, d in app.deployments.items()}
+
+
+def rss_mb(pid: int, field_name: str = "VmRSS") -> Optional[float]:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+# --- steady client load ---------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    finished: float  # monotonic
+    latency: float
+    status: int  # 0: no answer
+    code: Optional[str]
+    correct: bool
+
+
+@dataclass
+class ClientLoad:
+    """`clients` threads sending good requests back to back until stopped; every 200 is checked."""
+
+    url: str
+    clients: int
+    bodies: list[tuple[bytes, str]] = field(default_factory=lambda: [(good_png(), "image/png")])
+    timeout_s: float = 120
+    results: list[Result] = field(default_factory=list)
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(self.clients)]
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "ClientLoad":
+        self.started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(self.timeout_s + 5)
+
+    def _loop(self, index: int) -> None:
+        with httpx.Client(timeout=self.timeout_s) as client:
+            turn = index
+            while not self._stop.is_set():
+                body, content_type = self.bodies[turn % len(self.bodies)]
+                turn += 1
+                self.results.append(self._send(client, body, content_type))
+
+    def _send(self, client: httpx.Client, body: bytes, content_type: str) -> Result:
+        started = time.monotonic()
+        try:
+            response = client.post(f"{self.url}/v1/ocr", content=body, headers={"content-type": content_type})
+        except httpx.HTTPError:
+            return Result(time.monotonic(), time.monotonic() - started, 0, None, False)
+        code = None
+        correct = False
+        if response.status_code == 200:
+            correct = GOOD_TEXT in " ".join(response.json()["text"].split()).lower()
+        else:
+            try:
+                code = response.json()["error"]["code"]
+            except Exception:
+                code = "non-json"
+        return Result(time.monotonic(), time.monotonic() - started, response.status_code, code, correct)
+
+    def summary(self, start: Optional[float] = None, end: Optional[float] = None) -> dict:
+        window = [r for r in self.results if (start is None or r.finished >= start) and (end is None or r.finished <= end)]
+        failed = [r for r in window if not (r.status == 200 and r.correct)]
+        finishes = sorted(r.finished for r in window)
+        gaps = [b - a for a, b in zip(finishes, finishes[1:])]
+        latencies = sorted(r.latency for r in window)
+        return {
+            "requests": len(window),
+            "failed": len(failed),
+            "failed_codes": dict(collections.Counter(f"{r.status}:{r.code}" for r in failed)),
+            "longest_gap_s": round(max(gaps), 2) if gaps else None,
+            "p50_s": round(statistics.median(latencies), 3) if latencies else None,
+            "p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3) if latencies else None,
+        }
+
+
+# --- scenarios ----------------------------------------------------------------------------------
+
+def fuzz(url: str, seed: int, count: int, check_every: int = 25) -> dict:
+    """Hostile requests one after another; the service must stay up with every replica RUNNING."""
+    expected = running_replicas()
+    outcomes, bad, replica_dips = [], [], []
+    cases = list(fuzz_cases(seed, count, host=urlsplit(url).netloc))
+    started = time.monotonic()
+    with httpx.Client() as client:
+        for number, case in enumerate(cases):
+            outcome = send_case(url, case, client)
+            outcomes.append(outcome)
+            why = is_bad(outcome, case)
+            if why:
+                bad.append({"case": case.name, "why": why, "status": outcome.status, "code": outcome.code})
+            if number % check_every == check_every - 1:
+                now = running_replicas()
+                if now != expected:
+                    replica_dips.append({"after": case.name, "replicas": now})
+    alive = httpx.get(f"{url}/readyz", timeout=10).status_code == 200
+    return {
+        "seed": seed,
+        "requests": len(outcomes),
+        "seconds": round(time.monotonic() - started, 1),
+        "by_status": dict(sorted(collections.Counter(str(o.status) for o in outcomes).items())),
+        "by_code": dict(collections.Counter(o.code for o in outcomes if o.code).most_common()),
+        "answered_by_http_server": sum(o.from_proxy for o in outcomes),
+        "bad": bad,
+        "replica_dips": replica_dips,
+        "alive_after": alive,
+        "slowest": sorted(((round(o.seconds, 2), o.name) for o in outcomes), reverse=True)[:5],
+    }
+
+
+def bombs(url: str, cases: dict[str, bytes], clients: int = 2, settle_s: float = 3.0) -> dict:
+    """Each bomb sent while `clients` clients send normal pages; nothing may die or be harmed."""
+    actors_before, dead_before = serve_actors(), dead_actor_count()
+    hwm_before = {aid: rss_mb(a["pid"], "VmHWM") for aid, a in actors_before.items()}
+    sent = {}
+    with ClientLoad(url, clients) as load:
+        time.sleep(settle_s)
+        window_start = time.monotonic()
+        with httpx.Client(timeout=300) as client:
+            for name, body in cases.items():
+                started = time.monotonic()
+                response = client.post(f"{url}/v1/ocr", content=body, headers={"content-type": "application/octet-stream"})
+                error = response.json().get("error", {}) if response.headers.get("content-type", "").startswith(
+                    "application/json") else {}
+                sent[name] = {"status": response.status_code, "code": error.get("code"),
+                              "message": error.get("message"), "seconds": round(time.monotonic() - started, 2)}
+        time.sleep(settle_s)
+        window_end = time.monotonic()
+    actors_after = serve_actors()
+    peak = {}
+    for aid, actor in actors_after.items():
+        label = f"{actor['deployment']}:{actor['pid']}"
+        peak[label] = {"peak_rss_mb": rss_mb(actor["pid"], "VmHWM"), "before_mb": hwm_before.get(aid)}
+    return {
+        "bombs": sent,
+        "clients": load.summary(window_start, window_end),
+        "peak_rss_per_replica": peak,
+        "actors_replaced": sorted(set(actors_before) ^ set(actors_after)),
+        "dead_actors_added": dead_actor_count() - dead_before,
+    }
+
+
+def stalled_uploads(url: str, stalled: int, read_timeout_s: float) -> dict:
+    """`stalled` clients send headers and 16 bytes then stall; a good request must still get 200."""
+    parts = urlsplit(url)
+    sockets = []
+    head = (f"POST /v1/ocr HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: image/png\r\n"
+            f"Content-Length: 100000\r\n\r\n").encode() + b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+    try:
+        for _ in range(stalled):
+            sock = socket.create_connection((parts.hostname, parts.port), timeout=read_timeout_s + 30)
+            sock.sendall(head)
+            sockets.append(sock)
+        time.sleep(1.0)
+        started = time.monotonic()
+        good = httpx.post(f"{url}/v1/ocr", content=good_png(), headers={"content-type": "image/png"}, timeout=120)
+        good_seconds = time.monotonic() - started
+        good_correct = good.status_code == 200 and GOOD_TEXT in " ".join(good.json()["text"].split()).lower()
+        answers = collections.Counter()
+        codes = collections.Counter()
+        for sock in sockets:
+            data = b""
+            try:
+                while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+            status = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "none"
+            answers[status] += 1
+            if b'"code":"' in data:
+                codes[data.split(b'"code":"')[1].split(b'"')[0].decode()] += 1
+    finally:
+        for sock in sockets:
+            sock.close()
+    return {
+        "stalled": stalled,
+        "good_status": good.status_code,
+        "good_correct": good_correct,
+        "good_seconds": round(good_seconds, 2),
+        "stalled_answers": dict(answers),
+        "stalled_codes": dict(codes),
+    }
+
+
+def kill_ocr_replica(url: str, clients: int = 4, before_s: float = 5, after_s: float = 60,
+                     back_within_s: float = 60) -> dict:
+    """kill -9 of one OCR replica process under load; failures after it, and time until the count is back."""
+    expected = running_replicas().get("OCRModel", 0)
+    with ClientLoad(url, clients) as load:
+        time.sleep(before_s)
+        victim = next(a for a in serve_actors().values() if a["deployment"] == "OCRModel")
+        killed_at = time.monotonic()
+        os.kill(victim["pid"], signal.SIGKILL)
+        back_s = None
+        dipped = False
+        while time.monotonic() - killed_at < max(after_s, back_within_s):
+            count = running_replicas().get("OCRModel", 0)
+            dipped = dipped or count < expected
+            if back_s is None and dipped and count >= expected:
+                back_s = time.monotonic() - killed_at
+            if back_s is not None and time.monotonic() - killed_at >= after_s:
+                break
+            time.sleep(0.25)
+        end = time.monotonic()
+    return {
+        "clients": clients,
+        "victim_pid": victim["pid"],
+        "replicas_expected": expected,
+        "count_dipped": dipped,
+        "seconds_until_back": None if back_s is None else round(back_s, 1),
+        "after_kill": load.summary(killed_at, end + load.timeout_s),
+        "before_kill": load.summary(None, killed_at),
+    }
+
+
+def rolling_update(url: str, updates: list[tuple[str, Callable[[], None]]], clients: int = 2,
+                   settle_s: float = 3.0) -> dict:
+    """Each update (a callable that deploys and returns once the app is RUNNING again) under load."""
+    steps = []
+    with ClientLoad(url, clients) as load:
+        time.sleep(settle_s)
+        for name, apply in updates:
+            before = serve_actors()
+            started = time.monotonic()
+            apply()
+            after = serve_actors()
+            steps.append({
+                "update": name,
+                "seconds": round(time.monotonic() - started, 1),
+                "replicas_replaced": sorted({a["deployment"] for aid, a in before.items() if aid not in after}),
+            })
+            time.sleep(settle_s)
+    return {"clients": clients, "updates": steps, "load": load.summary()}
+
+
+def rss_growth(url: str, requests: int, baseline_at: int, clients: int = 4) -> dict:
+    """RSS of every replica process at request `baseline_at` and at the end, PDFs among the requests."""
+    bodies = [(good_png(), "image/png"), (good_pdf(2), "application/pdf"), (good_png("soak 4711 line"), "image/png")]
+    load = ClientLoad(url, clients, bodies=bodies)
+    baseline: dict[str, Optional[float]] = {}
+    actors = serve_actors()
+    started = time.monotonic()
+    with load:
+        while len(load.results) < requests and time.monotonic() - started < 3600:
+            if not baseline and len(load.results) >= baseline_at:
+                baseline = {aid: rss_mb(a["pid"]) for aid, a in actors.items()}
+            time.sleep(0.2)
+    final = {aid: rss_mb(a["pid"]) for aid, a in serve_actors().items()}
+    per_replica = {}
+    for aid, actor in actors.items():
+        first, last = baseline.get(aid), final.get(aid)
+        growth = None if not first or last is None else round(100 * (last - first) / first, 2)
+        per_replica[f"{actor['deployment']}:{actor['pid']}"] = {"rss_at_baseline_mb": first, "rss_end_mb": last,
+                                                              "growth_pct": growth}
+    return {
+        "requests": len(load.results),
+        "baseline_at": baseline_at,
+        "seconds": round(time.monotonic() - started, 1),
+        "load": load.summary(),
+        "per_replica": per_replica,
+        "replicas_replaced": sorted(set(actors) ^ set(final)),
+    }

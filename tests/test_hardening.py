@@ -1,0 +1,77 @@
+"""Hostile input and faults against the real service over HTTP: the short versions of `make soak`.
+
+The scenarios are load/soak_scenarios.py, the same functions the soak runs for longer.
+The session's limits are tight (tests/conftest.py): decoders capped at 640 MiB and 5 s a page,
+bodies due within 5 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from load import soak_scenarios as soak
+from load.hostile import apng_frame_bomb, damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf
+from tests.conftest import OCR_REPLICAS, TEST_LIMITS
+
+LIMIT_SLACK_S = 10
+
+
+def test_fuzzer_gets_no_5xx_no_drops_and_json_errors(service_url):
+    report = soak.fuzz(service_url, seed=20261203, count=120)
+    print(report)
+    assert report["requests"] == 120
+    assert report["bad"] == [], report["bad"]
+    assert report["replica_dips"] == []
+    assert report["alive_after"]
+    assert sum(n for status, n in report["by_status"].items() if status.startswith("4")) > 60  # it was hostile
+    assert report["by_status"].get("200", 0) > 0  # and some mutations still decode and read
+
+
+def test_bombs_get_their_4xx_within_the_limit_and_harm_nobody(service_url):
+    cases = {"self-drawing-form-pdf": self_drawing_form_pdf(), "fan-out-forms-pdf": fan_out_forms_pdf(6, 10),
+             "apng-2^31-frames": apng_frame_bomb(), **damaged_tiffs()}
+    report = soak.bombs(service_url, cases, clients=2)
+    print(report)
+    bombs = report["bombs"]
+    assert bombs["self-drawing-form-pdf"]["code"] == "document_too_complex"
+    assert "decode_memory_mb" in bombs["self-drawing-form-pdf"]["message"]
+    assert bombs["fan-out-forms-pdf"]["code"] == "document_too_complex"
+    assert "page_render_timeout_s" in bombs["fan-out-forms-pdf"]["message"]
+    assert bombs["fan-out-forms-pdf"]["seconds"] < TEST_LIMITS["page_render_timeout_s"] + LIMIT_SLACK_S
+    assert (bombs["apng-2^31-frames"]["status"], bombs["apng-2^31-frames"]["code"]) == (413, "too_many_pages")
+    for name in damaged_tiffs():
+        assert (bombs[name]["status"], bombs[name]["code"]) == (422, "corrupt_image"), bombs[name]
+    for name, result in bombs.items():
+        assert 400 <= result["status"] < 500 and result["seconds"] < TEST_LIMITS["page_render_timeout_s"] + LIMIT_SLACK_S
+    assert report["clients"]["requests"] > 4
+    assert report["clients"]["failed"] == 0, report["clients"]
+    assert report["actors_replaced"] == [] and report["dead_actors_added"] == 0
+
+
+def test_stalled_uploads_cannot_lock_out_a_good_request(service_url):
+    report = soak.stalled_uploads(service_url, stalled=70, read_timeout_s=TEST_LIMITS["upload_read_timeout_s"])
+    print(report)
+    assert report["good_status"] == 200 and report["good_correct"]
+    # Each stalled client is answered by the read deadline with a retryable 408, not left hanging.
+    assert report["stalled_answers"] == {"408": 70}
+    assert report["stalled_codes"] == {"upload_timeout": 70}
+
+
+def test_kill_9_of_an_ocr_replica_under_load_fails_no_request(service_url):
+    report = soak.kill_ocr_replica(service_url, clients=4, before_s=4, after_s=20, back_within_s=60)
+    print(report)
+    assert report["count_dipped"]  # the kill was real
+    assert report["after_kill"]["requests"] > 10
+    assert report["after_kill"]["failed"] == 0, report["after_kill"]
+    assert report["seconds_until_back"] is not None and report["seconds_until_back"] <= 15
+    assert soak.running_replicas()["OCRModel"] == OCR_REPLICAS
+
+
+@pytest.mark.parametrize("count", [300])
+def test_rss_of_every_replica_is_flat_over_a_run(service_url, count):
+    report = soak.rss_growth(service_url, requests=count, baseline_at=100, clients=4)
+    print(report)
+    assert report["load"]["failed"] == 0, report["load"]
+    assert report["replicas_replaced"] == []
+    for replica, figures in report["per_replica"].items():
+        assert figures["growth_pct"] is not None and figures["growth_pct"] < 10, (replica, figures)

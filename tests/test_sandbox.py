@@ -1,0 +1,110 @@
+"""The decoder sandbox without Ray: limits kill and replace a worker, and nothing else is harmed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.config import Limits
+from app.errors import DocumentTooComplex, UnprocessableDocument
+from app.sandbox import DecodeSandbox
+from app.sandbox.pool import DecoderProcess
+from load.hostile import damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf
+from tests.conftest import pdf_bytes, render_text_page
+
+TIMEOUT_S = 3.0
+LIMITS = Limits(decode_memory_mb=640, page_render_timeout_s=TIMEOUT_S, pdf_dpi=72)
+
+
+@pytest.fixture
+def sandbox():
+    pool = DecodeSandbox(LIMITS, max_side=1000, max_pixels=1_000_000, workers=2)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def good_pdf() -> bytes:
+    return pdf_bytes([render_text_page([f"Page {i}"], width=600) for i in range(1, 4)])
+
+
+async def read_all(pool: DecodeSandbox, data: bytes) -> list:
+    return [page async for page in pool.pages(data, None, None, "test")]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_pages_come_back_in_order_with_geometry(sandbox, good_pdf):
+    pages = run(read_all(sandbox, good_pdf))
+    assert [p.page_number for p in pages] == [1, 2, 3]
+    assert all(p.png.startswith(b"\x89PNG") and p.dpi == 72 for p in pages)
+    assert all(p.width == p.source_width == 432 for p in pages)  # 600 px at 100 dpi, rendered at 72
+
+
+def test_memory_bomb_is_stopped_by_the_cap_and_the_worker_replaced(sandbox, good_pdf):
+    pids_before = set(sandbox.worker_pids())
+    started = time.monotonic()
+    with pytest.raises(DocumentTooComplex) as caught:
+        run(read_all(sandbox, self_drawing_form_pdf()))
+    assert "decode_memory_mb=640" in caught.value.message
+    assert caught.value.status == 422 and not caught.value.retryable
+    assert time.monotonic() - started < TIMEOUT_S + 10
+    assert sandbox.stats["crashes"] + sandbox.stats["memory"] == 1
+    assert len(set(sandbox.worker_pids()) - pids_before) == 1  # one fresh worker took the dead one's place
+    assert len(run(read_all(sandbox, good_pdf))) == 3  # and the pool still serves
+
+
+def test_cpu_bomb_is_killed_at_the_page_time_limit(sandbox):
+    started = time.monotonic()
+    with pytest.raises(DocumentTooComplex) as caught:
+        run(read_all(sandbox, fan_out_forms_pdf(6, 10)))  # about 75 s of rendering on one core
+    elapsed = time.monotonic() - started
+    assert "page_render_timeout_s=3" in caught.value.message
+    assert TIMEOUT_S <= elapsed < TIMEOUT_S + 10
+    assert sandbox.stats["timeouts"] == 1
+
+
+def test_other_documents_render_in_parallel_with_a_bomb(sandbox, good_pdf):
+    async def scenario():
+        bomb = asyncio.ensure_future(read_all(sandbox, fan_out_forms_pdf(6, 10)))
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        pages = await read_all(sandbox, good_pdf)
+        good_seconds = time.monotonic() - started
+        with pytest.raises(DocumentTooComplex):
+            await bomb
+        return pages, good_seconds
+
+    pages, good_seconds = run(scenario())
+    assert len(pages) == 3
+    assert good_seconds < TIMEOUT_S / 2  # it did not wait behind the bomb (no process-wide lock)
+
+
+def test_a_client_that_leaves_mid_document_gives_the_worker_back(sandbox, good_pdf):
+    async def first_page_only():
+        stream = sandbox.pages(good_pdf, None, None, "leaver")
+        page = await stream.__anext__()
+        await stream.aclose()
+        return page
+
+    pids = set(sandbox.worker_pids())
+    assert run(first_page_only()).page_number == 1
+    assert set(sandbox.worker_pids()) == pids and sandbox.stats["replaced"] == 0
+    assert len(run(read_all(sandbox, good_pdf))) == 3  # the worker closed that document and took the next
+
+
+def test_decoding_errors_come_back_as_their_4xx(sandbox):
+    with pytest.raises(UnprocessableDocument) as caught:
+        run(read_all(sandbox, damaged_tiffs()["tiff-cut-50"]))
+    assert caught.value.code == "corrupt_image" and caught.value.status == 422
+    assert sandbox.stats["replaced"] == 0  # a clean error keeps the worker
+
+
+def test_a_worker_cannot_name_an_error_class_outside_the_list(sandbox):
+    error = sandbox._worker_error(DecoderProcess(["true"]), {"type": "error", "class": "OCRServiceError",
+                                                            "code": "x", "message": "m"})
+    assert type(error) is UnprocessableDocument and error.status == 422
