@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: run test install install-test accuracy bench scale clean
+.PHONY: run test soak install install-test accuracy bench scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ accuracy: install
 
 bench: install
 	$(BIN)/python load/bench.py
+
+# Hostile input and faults, with figures (under 20 minutes on 2 cores; not part of make test).
+soak: install-test
+	$(BIN)/python load/soak.py
 
 scale: install-test
 	$(BIN)/python load/cluster_scale.py

@@ -18,6 +18,8 @@ import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Before Ray starts: the HTTP proxy it spawns reads this (app/proxy_guard.py).
+os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
 
 
 def _args_from_config(path: str | None) -> dict:
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, default=None, help="logical CPUs for the local Ray instance")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs for the local Ray instance (default: detect)")
     parser.add_argument("--start-timeout", type=float, default=300.0)
-    parser.add_argument("--stop-timeout", type=float, default=5.0,
+    parser.add_argument("--stop-timeout", type=float, default=3.0,
                         help="seconds in-flight requests get to finish on Ctrl-C before Ray is stopped")
     options = parser.parse_args(argv)
 

@@ -22,6 +22,7 @@ from ray.serve.handle import DeploymentHandle
 from app import __version__
 from app.config import Settings
 from app.errors import OCRServiceError, RequestTimeout, ServiceUnavailable, to_error
+from app.proxy_guard import safe_request_id
 from app.retry import retry_on_replica_loss
 from app.uploads import read_upload
 
@@ -54,11 +55,8 @@ def error_response(error: OCRServiceError) -> JSONResponse:
 
 
 def _request_id(request: Request) -> str:
-    """The client's X-Request-ID when it is a sane token, else a fresh one (it goes into logs and headers)."""
-    given = request.headers.get("x-request-id", "")
-    if 0 < len(given) <= 128 and all(c.isalnum() or c in "-_.:" for c in given):
-        return given
-    return uuid.uuid4().hex
+    """The client's X-Request-ID when it is a plain token, else a fresh one (it goes into logs and headers)."""
+    return safe_request_id(request.headers.get("x-request-id")) or uuid.uuid4().hex
 
 
 def _running_replicas() -> dict:
@@ -73,7 +71,8 @@ def _running_replicas() -> dict:
     }
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
+# An ingress replica told to stop holds whole requests: give a long document time to finish.
+@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64, graceful_shutdown_timeout_s=120)
 @serve.ingress(api)
 class Ingress:
     def __init__(

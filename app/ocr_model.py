@@ -50,7 +50,10 @@ def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
         return len(pages)
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=10)
+# graceful_shutdown_timeout_s: a replica told to stop finishes the pages it holds; a VLM page at
+# max_new_tokens on a busy GPU can take tens of seconds.
+@serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=10,
+                  graceful_shutdown_timeout_s=60)
 class OCRModel:
     def __init__(self, settings: Settings):
         threads = settings.engine_threads or max(1, math.ceil(replica_share("CPU", 1.0)))

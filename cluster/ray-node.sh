@@ -12,6 +12,8 @@ set -euo pipefail
 role="${1:?usage: $0 head | worker HEAD_IP}"
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 export RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Serve's proxy on this node drops request headers it would fail to decode (app/proxy_guard.py).
+export RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.proxy_guard:middlewares
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
   gpus="$(nvidia-smi -L | wc -l)"

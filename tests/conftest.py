@@ -21,6 +21,7 @@ from app.synthetic import png_bytes, render_text_page  # noqa: F401 (png_bytes: 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
 
 OCR_REPLICAS = 4
 TEST_LIMITS = {

@@ -151,3 +151,59 @@ def test_cpu_copy_of_fleet_config_deploys_and_answers(head_node, tmp_path):
     body = response.json()
     assert body["engine"]["name"] == "vlm" and body["engine"]["version"] == "got_ocr2:tiny-got"
     assert body["pages"][0]["finish_reason"] in ("stop", "length")
+
+
+def running_replica_ids(dashboard: str) -> dict[str, str]:
+    deployments = app_status(dashboard).get("deployments", {})
+    return {replica["replica_id"]: name for name, deployment in deployments.items()
+            for replica in deployment.get("replicas", []) if replica["state"] == "RUNNING"}
+
+
+def info(port: int) -> dict:
+    return httpx.get(f"http://127.0.0.1:{port}/v1/info", timeout=10).json()
+
+
+def deploy_and_wait(path: Path, dashboard: str, port: int, in_force, replaced: set = frozenset()) -> None:
+    """`serve deploy`, then wait until the change is in force, the app RUNNING and `replaced` replicas gone."""
+    serve_deploy(path, dashboard)
+    _wait_for(lambda: in_force(info(port)) and app_status(dashboard).get("status") == "RUNNING"
+              and not (replaced & set(running_replica_ids(dashboard))), 240, f"update {path.name}")
+
+
+def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, tmp_path):
+    from load.soak_scenarios import rolling_update
+
+    dashboard, port = head_node["dashboard"], head_node["http_port"]
+    base_path = write_config(tmp_path, port, cpu_only=True)
+    base = yaml.safe_load(base_path.read_text())
+    model_dir = base["applications"][0]["args"]["model_dir"]
+    deploy_and_wait(base_path, dashboard, port, lambda i: i["settings"]["model_dir"] == model_dir,
+                    replaced=set(running_replica_ids(dashboard)))
+
+    live = yaml.safe_load(base_path.read_text())
+    ocr = next(d for d in live["applications"][0]["deployments"] if d["name"] == "OCRModel")
+    ocr["user_config"]["batch_wait_timeout_s"] = 0.02
+    live_path = tmp_path / "live_knob.yaml"
+    live_path.write_text(yaml.safe_dump(live))
+
+    restart = yaml.safe_load(live_path.read_text())
+    restart["applications"][0]["args"]["readiness_timeout_s"] = 2.5  # new init args: every replica restarts
+    restart_path = tmp_path / "restart.yaml"
+    restart_path.write_text(yaml.safe_dump(restart))
+
+    updates = [
+        ("user_config: batch_wait_timeout_s 0.05 -> 0.02",
+         lambda: deploy_and_wait(live_path, dashboard, port,
+                                 lambda i: i["engine"]["batching"]["batch_wait_timeout_s"] == 0.02)),
+        ("args: readiness_timeout_s 2.0 -> 2.5 (restarts every replica)",
+         lambda: deploy_and_wait(restart_path, dashboard, port, lambda i: i["settings"]["readiness_timeout_s"] == 2.5,
+                                 replaced=set(running_replica_ids(dashboard)))),
+    ]
+    report = rolling_update(f"http://127.0.0.1:{port}", updates, clients=2,
+                            replicas=lambda: running_replica_ids(dashboard), expect_text=None)
+    print(report)
+    live_step, restart_step = report["updates"]
+    assert live_step["restarted"] == []  # a live knob reconfigures the replicas in place
+    assert restart_step["restarted"] == ["Ingress", "OCRModel", "Postprocessor", "Preprocessor"]
+    assert report["load"]["requests"] > 20
+    assert report["load"]["failed"] == 0, report["load"]

@@ -75,3 +75,24 @@ def test_rss_of_every_replica_is_flat_over_a_run(service_url, count):
     assert report["replicas_replaced"] == []
     for replica, figures in report["per_replica"].items():
         assert figures["growth_pct"] is not None and figures["growth_pct"] < 10, (replica, figures)
+
+
+@pytest.mark.parametrize("request_id", [b"\xff\xfe", b"<script>alert(1)</script>", b"x" * 300])
+def test_a_hostile_request_id_header_is_replaced_not_a_500(service_url, request_id):
+    """Serve's proxy decodes X-Request-ID as UTF-8 and logs it verbatim; the proxy guard drops such values."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from load.fuzz import _read_response
+
+    parts = urlsplit(service_url)
+    body = soak.good_png()
+    head = (b"POST /v1/ocr HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nX-Request-ID: " + request_id +
+            b"\r\nContent-Length: %d\r\n\r\n" % len(body))
+    with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
+        sock.sendall(head + body)
+        answer = _read_response(sock)
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"200", answer[:300]
+    echoed = [line for line in rest.split(b"\r\n") if line.lower().startswith(b"x-request-id:")]
+    assert echoed and request_id not in echoed[0]

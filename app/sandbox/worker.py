@@ -29,6 +29,19 @@ def cap_memory(memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash on a hostile file leaves no core dump
 
 
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process when the replica that started it dies, even mid-render."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # elsewhere a worker still ends at the EOF of its stdin
+    if os.getppid() == 1:
+        sys.exit(0)  # the parent died before the prctl took effect
+
+
 def error_header(exc: BaseException) -> dict:
     from app.errors import OCRServiceError
 
@@ -116,6 +129,7 @@ def serve_forever(stdin, stdout, session: Session) -> None:
 def main(argv: list[str]) -> int:
     memory_mb, limits_json, budget_json = int(argv[1]), argv[2], argv[3]
     cap_memory(memory_mb)
+    die_with_parent()
     # The protocol owns fd 1; anything a library prints goes to stderr (the replica's log) instead.
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

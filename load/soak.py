@@ -1,0 +1,256 @@
+"""The soak suite: hostile input and faults against a running service, with figures.
+
+    python load/soak.py [--report load/out/soak.json] [--quick]      (make soak)
+
+It starts a local Ray instance and deploys a CPU copy of serve_config.yaml through the
+controller's apply_config, the call `serve deploy` makes: the shipped limits, bundled
+engine, two OCR replicas. Then, one after another (load/soak_scenarios.py):
+  1. a seeded fuzzer of 400 hostile requests;
+  2. memory and CPU bombs while two clients send normal pages;
+  3. 70 stalled uploads plus one good request;
+  4. kill -9 of an OCR replica under 4-client load, 60 s watched after;
+  5. rolling updates under load: a live user_config change, then new args (every replica restarts);
+  6. RSS of every replica from request 500 to request 3,000, PDFs included.
+Prints one table, writes the JSON report (commit, settings, every figure, each verdict) and
+exits 1 if any criterion of issue 9 fails. Under 20 minutes on 2 cores; --quick is a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+import yaml  # noqa: E402
+
+from load import soak_scenarios as soak  # noqa: E402
+from load.hostile import apng_frame_bomb, damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OCR_REPLICAS = 2
+# The shipped limits, but bodies due in 10 s instead of 30 so that the fuzzer's bodies that
+# never complete, and the 70 stalled uploads, cost seconds each rather than half a minute.
+READ_TIMEOUT_S = 10
+
+
+def soak_config(port: int) -> dict:
+    """serve_config.yaml for this machine: bundled engine, no GPU, fixed replica counts."""
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    config["http_options"].update(host="127.0.0.1", port=port)
+    config["proxy_location"] = "HeadOnly"
+    app = config["applications"][0]
+    args = app["args"]
+    for key in ("model_dir", "vlm", "ocr_autoscaling"):
+        args.pop(key, None)
+    args.update(engine="ppocr", device="cpu", engine_threads=1, ocr_replicas=OCR_REPLICAS, ocr_num_cpus=0.5,
+                ocr_num_gpus=0)
+    args["limits"]["upload_read_timeout_s"] = READ_TIMEOUT_S
+    args["batching"]["max_concurrent_batches"] = 1
+    for deployment in app["deployments"]:
+        deployment.pop("autoscaling_config", None)
+        deployment["ray_actor_options"] = {"num_cpus": 0.25}
+        if deployment["name"] == "OCRModel":
+            deployment["user_config"]["max_concurrent_batches"] = 1
+            deployment.pop("ray_actor_options")
+        else:
+            deployment["num_replicas"] = 1
+    return config
+
+
+def apply_config(config: dict) -> None:
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(config))
+
+
+def wait_for(check, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} not reached in {timeout_s}s")
+
+
+def updates(url: str, config: dict) -> list:
+    live = copy.deepcopy(config)
+    next(d for d in live["applications"][0]["deployments"] if d["name"] == "OCRModel")["user_config"][
+        "batch_wait_timeout_s"] = 0.02
+    restart = copy.deepcopy(live)
+    restart["applications"][0]["args"]["readiness_timeout_s"] = 2.5
+
+    def info() -> dict:
+        return httpx.get(f"{url}/v1/info", timeout=10).json()
+
+    def running() -> bool:
+        return soak.running_replicas() and all(soak.running_replicas().values())
+
+    def apply_live() -> None:
+        apply_config(live)
+        wait_for(lambda: info()["engine"]["batching"]["batch_wait_timeout_s"] == 0.02 and running(), 120, "live knob")
+
+    def apply_restart() -> None:
+        old = set(soak.serve_actors())
+        apply_config(restart)
+        wait_for(lambda: info()["settings"]["readiness_timeout_s"] == 2.5 and running()
+                 and not old & set(soak.serve_actors()), 300, "restart")
+
+    return [("user_config: batch_wait_timeout_s 0.05 -> 0.02", apply_live),
+            ("args: readiness_timeout_s 2.0 -> 2.5 (restarts every replica)", apply_restart)]
+
+
+def verdicts(results: dict, limits: dict) -> dict:
+    out = {}
+    fuzz = results.get("fuzz")
+    if fuzz:
+        out["fuzzer: 0 x 5xx, 0 drops, JSON errors, all replicas up"] = (
+            not fuzz["bad"] and not fuzz["replica_dips"] and fuzz["alive_after"] and fuzz["requests"] >= 300)
+    bombs = results.get("bombs")
+    if bombs:
+        slack = limits["page_render_timeout_s"] + 10
+        out["bombs: 4xx within limit + 10 s"] = all(400 <= b["status"] < 500 and b["seconds"] < slack
+                                                    for b in bombs["bombs"].values())
+        out["bombs: other clients 0 failed, no actor died"] = (
+            bombs["clients"]["failed"] == 0 and not bombs["actors_replaced"] and bombs["dead_actors_added"] == 0)
+    stalled = results.get("stalled")
+    if stalled:
+        out["70 stalled uploads: the good request gets 200"] = stalled["good_status"] == 200 and stalled["good_correct"]
+    kill = results.get("kill")
+    if kill:
+        out["kill -9: 0 failed, count back within 15 s"] = (
+            kill["after_kill"]["failed"] == 0 and kill["seconds_until_back"] is not None
+            and kill["seconds_until_back"] <= 15)
+    rolling = results.get("rolling")
+    if rolling:
+        out["rolling update: 0 failed"] = rolling["load"]["failed"] == 0
+    rss = results.get("rss")
+    if rss:
+        growth = [r["growth_pct"] for r in rss["per_replica"].values()]
+        out["RSS growth < 5% for every replica"] = bool(growth) and all(g is not None and g < 5 for g in growth)
+    return out
+
+
+def table(results: dict, checks: dict) -> str:
+    rows = []
+    if "fuzz" in results:
+        f = results["fuzz"]
+        rows.append(("fuzzer", f"{f['requests']} requests (seed {f['seed']}) in {f['seconds']} s: {f['by_status']}; "
+                     f"bad {len(f['bad'])}; replica dips {len(f['replica_dips'])}"))
+    if "bombs" in results:
+        b = results["bombs"]
+        for name, r in b["bombs"].items():
+            rows.append((f"bomb {name}", f"{r['status']} {r['code']} in {r['seconds']} s"))
+        c = b["clients"]
+        rows.append(("clients during bombs", f"{c['requests']} requests, {c['failed']} failed, longest gap "
+                     f"{c['longest_gap_s']} s; actors replaced {len(b['actors_replaced'])}, dead added "
+                     f"{b['dead_actors_added']}"))
+        rows.append(("peak RSS per replica (MiB)", ", ".join(f"{k} {v['peak_rss_mb']:.0f}"
+                                                              for k, v in b["peak_rss_per_replica"].items())))
+    if "stalled" in results:
+        s = results["stalled"]
+        rows.append(("70 stalled uploads", f"good request {s['good_status']} in {s['good_seconds']} s; stalled "
+                     f"answered {s['stalled_answers']}"))
+    if "kill" in results:
+        k = results["kill"]
+        a = k["after_kill"]
+        rows.append(("kill -9 OCR replica", f"{a['requests']} requests in the {k['watched_s']} s after, {a['failed']} "
+                     f"failed {a['failed_codes']}; count back in {k['seconds_until_back']} s"))
+    if "rolling" in results:
+        r = results["rolling"]
+        steps = "; ".join(f"{u['update']}: {u['seconds']} s, restarted {u['restarted'] or 'none'}" for u in r["updates"])
+        rows.append(("rolling update", f"{r['load']['requests']} requests, {r['load']['failed']} failed, "
+                     f"longest gap {r['load']['longest_gap_s']} s; {steps}"))
+    if "rss" in results:
+        r = results["rss"]
+        rows.append((f"RSS, request {r['baseline_at']} -> {r['requests']}",
+                     ", ".join(f"{k} {v['growth_pct']:+.2f}%" for k, v in r["per_replica"].items()
+                               if v["growth_pct"] is not None) + f"; {r['load']['failed']} failed"))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {text}" for name, text in rows]
+    lines.append("")
+    lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in checks.items()]
+    return "\n".join(lines)
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--report", type=Path, default=ROOT / "load" / "out" / "soak.json")
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run of every scenario")
+    parser.add_argument("--seed", type=int, default=9)
+    options = parser.parse_args()
+    sizes = ({"fuzz": 60, "after_s": 15, "rss": 300, "baseline": 100} if options.quick else
+             {"fuzz": 400, "after_s": 60, "rss": 3000, "baseline": 500})
+
+    import ray
+    from ray import serve
+
+    from app.deploy import wait_until_running
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    config = soak_config(port)
+    limits = config["applications"][0]["args"]["limits"]
+    started = time.monotonic()
+    ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
+    results: dict = {}
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        apply_config(config)
+        wait_until_running("ocr", 300)
+        print(f"service up in {time.monotonic() - started:.0f} s at {url}", flush=True)
+        scenarios = [
+            ("fuzz", lambda: soak.fuzz(url, seed=options.seed, count=sizes["fuzz"])),
+            ("bombs", lambda: soak.bombs(url, {"self-drawing-form-pdf": self_drawing_form_pdf(),
+                                                "fan-out-forms-pdf-7x10": fan_out_forms_pdf(7, 10),
+                                                "apng-2^31-frames": apng_frame_bomb(), **damaged_tiffs()})),
+            ("stalled", lambda: soak.stalled_uploads(url, 70, READ_TIMEOUT_S)),
+            ("kill", lambda: soak.kill_ocr_replica(url, clients=4, after_s=sizes["after_s"]) | {"watched_s": sizes["after_s"]}),
+            ("rolling", lambda: soak.rolling_update(url, updates(url, config))),
+            ("rss", lambda: soak.rss_growth(url, requests=sizes["rss"], baseline_at=sizes["baseline"])),
+        ]
+        for name, run in scenarios:
+            began = time.monotonic()
+            results[name] = run()
+            print(f"{name}: done in {time.monotonic() - began:.0f} s", flush=True)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    checks = verdicts(results, limits)
+    report = {"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": options.quick,
+              "seconds": round(time.monotonic() - started), "config": config, "sizes": sizes,
+              "results": results, "verdicts": checks}
+    options.report.parent.mkdir(parents=True, exist_ok=True)
+    options.report.write_text(json.dumps(report, indent=2, default=str))
+    print(table(results, checks))
+    print(f"report: {options.report} ({report['seconds']} s)")
+    return 0 if checks and all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
