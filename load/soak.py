@@ -181,10 +181,25 @@ def table(results: dict, checks: dict) -> str:
         rows.append((f"RSS, request {r['baseline_at']} -> {r['requests']}",
                      ", ".join(f"{k} {v['growth_pct']:+.2f}%" for k, v in r["per_replica"].items()
                                if v["growth_pct"] is not None) + f"; {r['load']['failed']} failed"))
-    width = max(len(name) for name, _ in rows)
+    width = max((len(name) for name, _ in rows), default=0)
     lines = [f"{name:<{width}}  {text}" for name, text in rows]
     lines.append("")
     lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in checks.items()]
+    return "\n".join(lines)
+
+
+def markdown(report: dict) -> str:
+    """The README's soak table, rendered from a report (never typed in by hand)."""
+    results, checks = report["results"], report["verdicts"]
+    lines = [f"Soak run of commit `{report['commit']}` on {report['date']} ({report['seconds']} s, "
+             f"`python load/soak.py`{' --quick' if report['quick'] else ''}):", "",
+             "| scenario | figures |", "|---|---|"]
+    for row in table(results, {}).splitlines():
+        if row.strip():
+            name, _, text = row.partition("  ")
+            lines.append(f"| {name.strip()} | {text.strip().replace('|', '/')} |")
+    lines += ["", "| criterion (issue 9) | verdict |", "|---|---|"]
+    lines += [f"| {name} | {'PASS' if ok else 'FAIL'} |" for name, ok in checks.items()]
     return "\n".join(lines)
 
 
@@ -201,7 +216,12 @@ def main() -> int:
     parser.add_argument("--report", type=Path, default=ROOT / "load" / "out" / "soak.json")
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run of every scenario")
     parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument("--markdown", type=Path, metavar="REPORT",
+                        help="print the README table of an existing report and exit (runs nothing)")
     options = parser.parse_args()
+    if options.markdown:
+        print(markdown(json.loads(options.markdown.read_text())))
+        return 0
     sizes = ({"fuzz": 60, "after_s": 15, "rss": 300, "baseline": 100} if options.quick else
              {"fuzz": 400, "after_s": 60, "rss": 3000, "baseline": 500})
 
