@@ -8,7 +8,10 @@ known to be good; verify it where they arrive, and at every start-up.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import time
 from pathlib import Path
 
 MANIFEST = "weights.sha256"
@@ -77,5 +80,46 @@ def verify(model_dir: Path, mode: str = "full") -> None:
             problems.append(f"wrong size: {name} ({path.stat().st_size} bytes, expected {sizes[name]})")
         elif mode == "full" and sha256_file(path) != digest:
             problems.append(f"corrupted (sha256 mismatch): {name}")
+    # A file nobody listed is refused too: trust_remote_code or a tokenizer could load it.
+    for path in model_files(model_dir):
+        name = path.relative_to(model_dir).as_posix()
+        if name not in hashes:
+            problems.append(f"not in the manifest: {name}")
     if problems:
         raise WeightsError(f"model directory {model_dir} failed verification: " + "; ".join(problems))
+
+
+def marker_dir() -> Path:
+    """Node-local and private to the user: where verified states are remembered."""
+    return Path(os.environ.get("OCR_WEIGHTS_MARKER_DIR") or Path.home() / ".cache" / "ocr-weights-verified")
+
+
+def _state_key(model_dir: Path, mode: str) -> str:
+    """The manifest's bytes and every file's size and mtime: a copied-over file changes the key."""
+    digest = hashlib.sha256(mode.encode() + b"\0" + (model_dir / MANIFEST).read_bytes())
+    for path in model_files(model_dir):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(model_dir).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def verify_once_per_node(model_dir: Path, mode: str = "full", markers: Path | None = None) -> bool:
+    """verify(), but once per node for one state of the directory; True when this call did the hashing.
+
+    Replicas starting together on a node take a file lock: the first hashes and leaves a
+    marker, the others wait for it and find the marker, instead of all reading 7 GB at once.
+    """
+    if mode == "off":
+        return False
+    model_dir = Path(model_dir)
+    read_manifest(model_dir)  # a missing manifest is named before anything else
+    markers = Path(markers or marker_dir())
+    markers.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(markers / "verify.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        marker = markers / f"{_state_key(model_dir, mode)}.ok"
+        if marker.exists():
+            return False
+        verify(model_dir, mode)
+        marker.write_text(f"{model_dir} verified ({mode}) at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        return True

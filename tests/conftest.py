@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import tempfile
 
 import httpx
 import pytest
@@ -22,6 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
+# Weights-verified markers of this run only (app/weights.py), inherited by every Ray worker.
+os.environ.setdefault("OCR_WEIGHTS_MARKER_DIR", tempfile.mkdtemp(prefix="ocr-weights-markers-"))
 
 OCR_REPLICAS = 4
 TEST_LIMITS = {

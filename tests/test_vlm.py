@@ -16,7 +16,7 @@ from app.engines.repetition import cut_loop, find_loop
 from app.errors import ServiceUnavailable
 from app.synthetic import render_text_page
 from app.tools.tiny_vlm import build_got_ocr2, build_qwen2_5_vl
-from app.weights import WeightsError, verify, write_manifest
+from app.weights import WeightsError, verify, verify_once_per_node, write_manifest
 from tests.conftest import png_bytes
 
 MAX_NEW_TOKENS = 12
@@ -206,3 +206,29 @@ def test_vlm_graph_over_http_concurrent_equals_one(vlm_url, client):
     assert {r.json()["pages"][0]["text"] for r in responses} == {page["text"]}
     assert max(r.json()["pages"][0]["batch"]["size"] for r in responses) > 1
     assert client.get(f"{vlm_url}/readyz").json()["replicas"]["OCRModel"] == 1
+
+
+def test_weights_verification_refuses_a_file_not_in_the_manifest(tiny_models, tmp_path):
+    model = shutil.copytree(tiny_models["got_ocr2"], tmp_path / "model")
+    verify(model, "full")
+    (model / "extra_code.py").write_text("print('not ours')\n")
+    with pytest.raises(WeightsError, match="not in the manifest: extra_code.py"):
+        verify(model, "size")
+
+
+def test_replicas_starting_together_on_a_node_hash_the_weights_once(tiny_models, tmp_path):
+    import subprocess
+    import sys
+
+    model = shutil.copytree(tiny_models["got_ocr2"], tmp_path / "model")
+    markers = tmp_path / "markers"
+    probe = ("import sys; from app.weights import verify_once_per_node; "
+             f"print(verify_once_per_node(sys.argv[1], 'full', {str(markers)!r}))")
+    starts = [subprocess.Popen([sys.executable, "-c", probe, str(model)], stdout=subprocess.PIPE, text=True)
+              for _ in range(6)]
+    hashed = [p.communicate(timeout=120)[0].strip() for p in starts]
+    print("6 replicas starting together: hashed", hashed.count("True"), "time(s)")
+    assert sorted(hashed) == ["False"] * 5 + ["True"]
+    assert verify_once_per_node(model, "full", markers) is False  # a later start: still no hashing
+    (model / "tokenizer.json").write_bytes((model / "tokenizer.json").read_bytes())  # a new copy: new mtime
+    assert verify_once_per_node(model, "full", markers) is True

@@ -24,7 +24,7 @@ from app.engines.vlm_families import family_for, missing_model_files
 from app.errors import ServiceUnavailable
 from app.schemas import EngineResult
 from app.synthetic import render_text_page
-from app.weights import verify
+from app.weights import verify_once_per_node
 
 logger = logging.getLogger("ray.serve")
 
@@ -67,7 +67,10 @@ class VLMEngine:
         missing = missing_model_files(self._dir)
         if missing:
             raise FileNotFoundError(f"model directory {self._dir} is incomplete; missing: {', '.join(missing)}")
-        verify(self._dir, self._options.verify_weights)
+        if verify_once_per_node(self._dir, self._options.verify_weights):
+            logger.info("weights in %s verified (%s)", self._dir, self._options.verify_weights)
+        elif self._options.verify_weights != "off":
+            logger.info("weights in %s already verified on this node in this state", self._dir)
         self._family = family_for(self._dir, self._options.family, self._options.trust_remote_code)
         self._device = pick_device(settings.device)
         self._dtype = pick_dtype(self._options.dtype, self._device)
