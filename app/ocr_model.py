@@ -35,6 +35,29 @@ def replica_share(resource: str, default: float) -> float:
         return default
 
 
+def _libc_malloc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give freed heap back to the OS after a batch (glibc only; elsewhere a no-op).
+
+    Pages of many sizes leave glibc's heap holding the high-water mark of the largest
+    batch seen so far: RSS grew 13-18% from request 500 to 3,000 in the soak, with no
+    live objects behind it. A trim costs about a millisecond against a batch's seconds.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
     """Batch size in page slots, counting pixels too: fits iff pages <= max and pixels <= budget.
 
@@ -141,6 +164,7 @@ class OCRModel:
                 timings_ms={"ocr_decode": round(decode_ms, 1), "engine_batch": round(engine_ms, 1)},
             )
         self._record(pages, outcomes, engine_ms)
+        release_freed_memory()
         return outcomes
 
     def _run_engine(self, images: list, pages: list[PagePayload]) -> list:
