@@ -74,8 +74,9 @@ def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
 
 
 # graceful_shutdown_timeout_s: a replica told to stop finishes the pages it holds; a VLM page at
-# max_new_tokens on a busy GPU can take tens of seconds.
-@serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=10,
+# max_new_tokens on a busy GPU can take tens of seconds. health_check_period_s: the controller
+# notices a killed replica at its next health check; at 10 s a replacement took up to 15 s.
+@serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=3,
                   graceful_shutdown_timeout_s=60)
 class OCRModel:
     def __init__(self, settings: Settings):
