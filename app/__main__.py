@@ -30,6 +30,17 @@ def _args_from_config(path: str | None) -> dict:
     return config["applications"][0].get("args", {}) or {}
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
@@ -41,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-timeout", type=float, default=3.0,
                         help="seconds in-flight requests get to finish on Ctrl-C before Ray is stopped")
     options = parser.parse_args(argv)
+    args = _args_from_config(options.config)
+    if not _is_loopback(options.host) and not (args.get("auth") or {}).get("api_keys_file"):
+        print(f"error: --host {options.host} would open the OCR API to the network without API keys. "
+              "Set auth.api_keys_file in the --config file (python -m app.auth add FILE NAME makes a key), "
+              "or listen on 127.0.0.1.", file=sys.stderr)
+        return 2
 
     import ray
     from ray import serve
@@ -51,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(num_cpus=options.num_cpus, num_gpus=options.num_gpus, include_dashboard=False)
     serve.start(http_options={"host": options.host, "port": options.port})
     try:
-        deploy(build_app(_args_from_config(options.config)), name="ocr", timeout_s=options.start_timeout)
+        deploy(build_app(args), name="ocr", timeout_s=options.start_timeout)
     except Exception as exc:
         print(f"error: the service did not start: {exc}", file=sys.stderr)
         serve.shutdown()

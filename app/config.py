@@ -94,6 +94,27 @@ class OCRAutoscaling(BaseModel):
         return self
 
 
+class Auth(BaseModel):
+    """Who may call the OCR API. With no keys file every /v1 route is open: `python -m app` then
+    listens on 127.0.0.1 only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_keys_file: Optional[str] = Field(
+        None, description="File of `name:sha256hex` lines (app/auth.py); set: /v1/* needs `Authorization: Bearer`."
+    )
+
+
+class Readiness(BaseModel):
+    """How /readyz learns the replica counts: from a cache each ingress replica refreshes in the background."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    refresh_s: float = Field(
+        5.0, ge=0.5, description="Seconds between two serve.status() calls of one ingress replica."
+    )
+
+
 class Settings(BaseModel):
     """The application's configuration (`applications[].args` in serve_config.yaml)."""
 
@@ -136,6 +157,11 @@ class Settings(BaseModel):
     )
     batching: BatchConfig = Field(default_factory=BatchConfig)
     warmup: bool = Field(True, description="Run a synthetic page through the engine before taking traffic.")
+    auth: Auth = Field(default_factory=Auth)
+    readiness: Readiness = Field(default_factory=Readiness)
+    gpu_wait_timeout_s: float = Field(
+        600.0, ge=0, description="How long the builder waits for the GPUs the OCR replicas need to join the cluster."
+    )
     readiness_timeout_s: float = Field(
         2.0, gt=0, description="How long /readyz waits on the OCR replicas before answering 503."
     )

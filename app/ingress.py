@@ -20,15 +20,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ray.serve.handle import DeploymentHandle
 
 from app import __version__
+from app.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
 from app.errors import OCRServiceError, RequestTimeout, ServiceUnavailable, to_error
 from app.proxy_guard import safe_request_id
+from app.readiness import ReadinessCache, missing_stages, running_replicas
 from app.retry import retry_on_replica_loss
 from app.uploads import read_upload
 
 logger = logging.getLogger("ray.serve")
 
 api = FastAPI(title="Offline OCR service", version=__version__)
+# The keys of this process's ingress replica (one replica per process); None: the API is open.
+_keyring: Optional[KeyRing] = None
+api.add_middleware(APIKeyMiddleware, keyring=lambda: _keyring)
 
 
 @api.exception_handler(Exception)
@@ -49,26 +54,18 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     return JSONResponse(body, status_code=exc.status_code)
 
 
-def error_response(error: OCRServiceError) -> JSONResponse:
-    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s else None
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+def error_response(error: OCRServiceError, request_id: Optional[str] = None) -> JSONResponse:
+    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s else {}
+    body = error.body()
+    if request_id:
+        body["error"]["request_id"] = request_id  # the key to the log line with the full detail
+        headers["X-Request-ID"] = request_id
+    return JSONResponse(body, status_code=error.status, headers=headers)
 
 
 def _request_id(request: Request) -> str:
     """The client's X-Request-ID when it is a plain token, else a fresh one (it goes into logs and headers)."""
     return safe_request_id(request.headers.get("x-request-id")) or uuid.uuid4().hex
-
-
-def _running_replicas() -> dict:
-    """RUNNING replicas per deployment of this application. A replica is RUNNING only after warm-up."""
-    app_name = serve.get_replica_context().app_name
-    status = serve.status().applications.get(app_name)
-    if status is None:
-        return {}
-    return {
-        name: int(deployment.replica_states.get("RUNNING", 0))
-        for name, deployment in status.deployments.items()
-    }
 
 
 # An ingress replica told to stop holds whole requests: give a long document time to finish.
@@ -88,11 +85,16 @@ class Ingress:
         self._post = postprocessor
         self._engine: Optional[dict] = None
         self._inflight = 0
+        self._app_name = serve.get_replica_context().app_name
+        self._readiness = ReadinessCache(self._fetch_readiness, settings.readiness.refresh_s)
+        global _keyring
+        _keyring = KeyRing(settings.auth.api_keys_file) if settings.auth.api_keys_file else None
 
     @api.post("/v1/ocr")
     async def ocr(self, request: Request) -> JSONResponse:
         started = time.perf_counter()
         request_id = _request_id(request)
+        logger.info("request %s from client %s", request_id, getattr(request.state, "api_client", "-"))
         try:
             # The body first, under a deadline: a client that stalls mid-upload holds no
             # admission slot, so stalled connections cannot turn good requests away.
@@ -116,11 +118,9 @@ class Ingress:
 
     @staticmethod
     def _failed(request_id: str, exc: BaseException) -> JSONResponse:
-        error = to_error(exc)
+        error = to_error(exc, request_id)
         logger.info("request %s failed: %s %s", request_id, error.status, error.code)
-        response = error_response(error)
-        response.headers["X-Request-ID"] = request_id
-        return response
+        return error_response(error, request_id)
 
     async def _ocr_request(self, request_id: str, upload, started: float) -> JSONResponse:
         read_ms = (time.perf_counter() - started) * 1000
@@ -197,18 +197,26 @@ class Ingress:
 
     @api.get("/readyz")
     async def readyz(self) -> JSONResponse:
-        replicas = await asyncio.to_thread(_running_replicas)
-        if replicas.get("OCRModel", 0) < 1:
-            error = ServiceUnavailable("The OCR replicas are still loading or warming up.", code="not_ready")
-            body = error.body() | {"replicas": replicas}
+        snapshot = await self._readiness.snapshot(self._settings.readiness_timeout_s)
+        replicas = (snapshot or {}).get("replicas", {})
+        checks = {"status_calls": self._readiness.fetches, "age_s": self._readiness.age_s()}
+        missing = missing_stages(replicas)
+        if missing:
+            error = ServiceUnavailable(f"Stages with no running replica yet: {', '.join(missing)}.", code="not_ready")
+            body = error.body() | {"replicas": replicas, "checks": checks}
             return JSONResponse(body, status_code=503, headers={"Retry-After": str(error.retry_after_s)})
-        body = {"status": "ready", "replicas": replicas}
-        try:  # telemetry from one OCR replica: GPU memory and utilisation where NVML is present
-            info = await asyncio.wait_for(self._ocr.info.remote(), self._settings.readiness_timeout_s)
-            body["gpu"] = info.get("gpu")
-        except Exception:
-            body["gpu"] = None
-        return JSONResponse(body)
+        return JSONResponse({"status": "ready", "replicas": replicas, "gpu": snapshot.get("gpu"), "checks": checks})
+
+    async def _fetch_readiness(self) -> dict:
+        """One refresh of the readiness cache: replica counts, and GPU telemetry from one OCR replica."""
+        replicas = await asyncio.to_thread(running_replicas, self._app_name)
+        gpu = None
+        if replicas.get("OCRModel", 0) > 0:
+            try:
+                gpu = (await asyncio.wait_for(self._ocr.info.remote(), self._settings.readiness_timeout_s)).get("gpu")
+            except Exception:
+                gpu = None
+        return {"replicas": replicas, "gpu": gpu}
 
     @api.get("/v1/info")
     async def info(self) -> dict:

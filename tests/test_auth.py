@@ -1,0 +1,106 @@
+"""API keys on /v1/* (app/auth.py): 401 JSON without a right key, 200 with one, probes stay open.
+
+The HTTP tests deploy a second application of the real graph, under a route prefix,
+into the session's Ray, with a keys file written here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.auth import KeyFileError, KeyRing, Unauthorized, add_key, digest, parse_key_file
+from tests.conftest import TEST_LIMITS
+
+PREFIX = "/secured"
+
+
+def test_key_file_lines_are_checked():
+    entries = parse_key_file(f"# clients\n\nscanner-1:{digest('k1')}\n")
+    assert entries == [("scanner-1", bytes.fromhex(digest("k1")))]
+    with pytest.raises(KeyFileError, match="line 1: expected NAME:SHA256HEX"):
+        parse_key_file("scanner-1:not-a-digest\n")
+    with pytest.raises(KeyFileError, match="appears twice"):
+        parse_key_file(f"a:{digest('x')}\na:{digest('y')}\n")
+    with pytest.raises(KeyFileError, match="holds no keys"):
+        parse_key_file("# nobody\n")
+
+
+def test_keyring_names_the_key_and_refuses_others(tmp_path):
+    path = tmp_path / "keys"
+    first = add_key(path, "archive")
+    second = add_key(path, "frontdesk")
+    assert first not in path.read_text() and digest(first) in path.read_text()
+    ring = KeyRing(path)
+    assert ring.name_of(f"Bearer {first}") == "archive"
+    assert ring.name_of(f"bearer {second}") == "frontdesk"
+    for header in (None, "", f"Basic {first}", "Bearer ", f"Bearer {first}x", f"Bearer {second[:-1]}"):
+        with pytest.raises(Unauthorized):
+            ring.name_of(header)
+    with pytest.raises(KeyFileError, match="already has a key named 'archive'"):
+        add_key(path, "archive")
+
+
+def test_keyring_picks_up_a_rotated_file_and_keeps_keys_when_the_new_file_is_bad(tmp_path, monkeypatch):
+    import os
+
+    import app.auth as auth
+
+    monkeypatch.setattr(auth, "RELOAD_CHECK_S", 0.0)
+    path = tmp_path / "keys"
+    old = add_key(path, "old")
+    ring = KeyRing(path)
+    path.write_text(f"new:{digest('fresh-key')}\n")
+    os.utime(path, ns=(1, 1))  # a different mtime, whatever the clock's resolution
+    assert ring.name_of("Bearer fresh-key") == "new"
+    with pytest.raises(Unauthorized):
+        ring.name_of(f"Bearer {old}")
+    path.write_text("garbage\n")
+    os.utime(path, ns=(2, 2))
+    assert ring.name_of("Bearer fresh-key") == "new"  # a broken file does not lock everyone out
+
+
+def test_missing_keys_file_fails_at_start(tmp_path):
+    with pytest.raises(KeyFileError, match="cannot be read"):
+        KeyRing(tmp_path / "absent")
+
+
+@pytest.fixture(scope="module")
+def secured(ray_session, service_url, tmp_path_factory):
+    """A second application with `auth.api_keys_file` set; yields (base URL, a valid key)."""
+    from ray import serve
+
+    from app.builder import build_app
+    from app.deploy import deploy
+
+    keys = tmp_path_factory.mktemp("auth") / "api_keys"
+    key = add_key(keys, "tests")
+    args = {"engine": "ppocr", "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0,
+            "limits": TEST_LIMITS, "auth": {"api_keys_file": str(keys)}}
+    deploy(build_app(args), name="secured", route_prefix=PREFIX, timeout_s=240)
+    yield service_url + PREFIX, key
+    serve.delete("secured")
+
+
+def test_v1_routes_need_a_right_key(secured, client, invoice_png):
+    url, key = secured
+    files = {"file": ("invoice.png", invoice_png, "image/png")}
+    for headers in ({}, {"Authorization": "Bearer wrong-key"}, {"Authorization": f"Basic {key}"}):
+        refused = client.post(f"{url}/v1/ocr", files=files, headers=headers)
+        assert refused.status_code == 401, (headers, refused.text)
+        assert refused.json()["error"]["code"] == "unauthorized"
+        assert refused.json()["error"]["retryable"] is False
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+    assert client.get(f"{url}/v1/info").status_code == 401  # every /v1 route, not only /v1/ocr
+    accepted = client.post(f"{url}/v1/ocr", files=files, headers={"Authorization": f"Bearer {key}"})
+    assert accepted.status_code == 200, accepted.text
+    assert "INVOICE 4711" in accepted.json()["text"]
+
+
+def test_probes_stay_open_and_the_unsecured_app_is_unchanged(secured, client, invoice_png):
+    url, _ = secured
+    assert client.get(f"{url}/healthz").status_code == 200
+    ready = client.get(f"{url}/readyz")
+    assert ready.status_code == 200, ready.text  # no key needed, and this app's own four stages count
+    assert set(ready.json()["replicas"]) == {"Ingress", "Preprocessor", "OCRModel", "Postprocessor"}
+    open_app = client.post("/v1/ocr", files={"file": ("i.png", invoice_png, "image/png")})
+    assert open_app.status_code == 200
