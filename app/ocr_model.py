@@ -22,7 +22,7 @@ from app.documents import decode_png
 from app.engines import build_engine
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
-from app.telemetry import gpu_snapshot
+from app.telemetry import assigned_gpu_id, gpu_snapshot
 
 logger = logging.getLogger("ray.serve")
 
@@ -88,6 +88,7 @@ class OCRModel:
             self._engine.warmup()
         logger.info("engine %s ready in %.2fs", self._engine.info, time.perf_counter() - start)
         self._on_gpu = self._engine.info.device.startswith("cuda")
+        self._gpu_id = assigned_gpu_id() if self._on_gpu else None  # NVML is asked about this GPU only
         self._config: Optional[BatchConfig] = None
         self._batcher = None
         self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
@@ -147,8 +148,9 @@ class OCRModel:
         for i, page in enumerate(pages):
             try:
                 images.append((i, decode_png(page.png)))
-            except Exception as exc:
-                outcomes[i] = UnprocessableDocument(f"page {page.page_number}: undecodable payload ({exc})")
+            except Exception:
+                logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
+                outcomes[i] = UnprocessableDocument(f"page {page.page_number}: undecodable payload")
         decode_ms = (time.perf_counter() - start) * 1000
         results = self._run_engine([img for _, img in images], [pages[i] for i, _ in images])
         engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
@@ -184,7 +186,9 @@ class OCRModel:
     def _as_error(exc: Exception, page: PagePayload) -> OCRServiceError:
         if isinstance(exc, OCRServiceError):
             return exc
-        return EngineFailure(f"The OCR engine failed on page {page.page_number}: {type(exc).__name__}: {exc}")
+        # The exception text stays in the log line (logged with this request id), never in the body.
+        return EngineFailure(f"The OCR engine failed on page {page.page_number}; the service log has the "
+                             f"details under request id {page.request_id}.")
 
     def _record(self, pages: list[PagePayload], outcomes: list, engine_ms: float) -> None:
         self._stats["batches"] += 1
@@ -194,7 +198,7 @@ class OCRModel:
         logger.info(
             "batch model=%s pages=%d sizes=%s engine_ms=%.0f peak_gpu_mib=%s gpu=%s requests=%s",
             self._engine.info.version, len(pages), [f"{p.width}x{p.height}" for p in pages], engine_ms,
-            getattr(self._engine, "last_peak_memory_mib", None), gpu_snapshot() if self._on_gpu else None,
+            getattr(self._engine, "last_peak_memory_mib", None), gpu_snapshot(self._gpu_id),
             sorted({p.request_id for p in pages}),
         )
 
@@ -204,7 +208,7 @@ class OCRModel:
             **dataclasses.asdict(self._engine.info),
             "batching": self._config.model_dump(),
             "stats": self._stats,
-            "gpu": gpu_snapshot() if self._on_gpu else None,
+            "gpu": gpu_snapshot(self._gpu_id),
             "placement": {
                 "replica": serve.get_replica_context().replica_id.unique_id,
                 "node_id": context.get_node_id(),

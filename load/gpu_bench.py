@@ -43,7 +43,7 @@ class UtilisationSampler:
 
     def _run(self):
         while not self._stop.wait(0.05):
-            snapshot = self._snapshot()
+            snapshot = self._snapshot("0")  # the bench process drives physical GPU 0
             if snapshot:
                 self._samples.append(snapshot["utilisation_pct"])
 
