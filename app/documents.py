@@ -149,7 +149,7 @@ def _pillow_errors_as_4xx():
         raise PayloadTooLarge(str(exc), code="image_too_large") from None
     except Exception as exc:
         raise UnprocessableDocument(
-            f"The image could not be decoded: {type(exc).__name__}: {str(exc)[:200]}", code="corrupt_image"
+            f"The image could not be decoded ({type(exc).__name__})", code="corrupt_image"
         ) from None
 
 
@@ -211,11 +211,11 @@ def _open_pdf(data: bytes) -> pdfium.PdfDocument:
             raise UnprocessableDocument(
                 "The PDF is encrypted with a password; send an unencrypted copy.", code="encrypted_pdf"
             ) from None
-        raise UnprocessableDocument(f"The PDF could not be opened: {exc}", code="corrupt_pdf") from None
+        raise UnprocessableDocument(f"The PDF could not be opened ({type(exc).__name__})", code="corrupt_pdf") from None
     except MemoryError:
         raise
     except Exception as exc:
-        raise UnprocessableDocument(f"The PDF could not be opened: {type(exc).__name__}", code="corrupt_pdf") from None
+        raise UnprocessableDocument(f"The PDF could not be opened ({type(exc).__name__})", code="corrupt_pdf") from None
 
 
 @contextmanager
@@ -225,7 +225,7 @@ def _pdfium_errors_as_4xx(what: str):
     except (OCRServiceError, MemoryError):
         raise
     except Exception as exc:
-        raise UnprocessableDocument(f"{what}: {type(exc).__name__}: {str(exc)[:200]}", code="corrupt_pdf") from None
+        raise UnprocessableDocument(f"{what} ({type(exc).__name__})", code="corrupt_pdf") from None
 
 
 def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits) -> DecodedPage:

@@ -141,8 +141,12 @@ def is_replica_loss(exc: BaseException) -> bool:
     return False
 
 
-def to_error(exc: BaseException) -> OCRServiceError:
-    """Map any exception to the public taxonomy. Unknown ones are logged with their trace."""
+def to_error(exc: BaseException, request_id: Optional[str] = None) -> OCRServiceError:
+    """Map any exception to the public taxonomy. Unknown ones are logged with their trace.
+
+    The client sees no exception text: the message names the request id, under which
+    the log line holds the full trace.
+    """
     ray_exceptions, serve_exceptions = _ray_exceptions()
     exc = unwrap(exc)
     if isinstance(exc, OCRServiceError):
@@ -157,5 +161,5 @@ def to_error(exc: BaseException) -> OCRServiceError:
         return ServiceUnavailable("A stage of the OCR pipeline is unavailable.", code="stage_unavailable")
     if isinstance(exc, TimeoutError):
         return ServiceUnavailable("The request timed out inside the service.", code="timeout")
-    logger.error("unexpected error reached the error boundary", exc_info=exc)
-    return OCRServiceError(f"Internal error: {type(exc).__name__}")
+    logger.error("request %s: unexpected error reached the error boundary", request_id or "-", exc_info=exc)
+    return OCRServiceError(f"Internal error; the service log has the details under request id {request_id or '-'}.")
