@@ -6,6 +6,10 @@ meet (rather than leaving replicas in DEPLOYING forever), and wires the graph.
 
 from __future__ import annotations
 
+import logging
+import time
+from typing import Callable
+
 import ray
 from ray.serve import Application
 
@@ -16,6 +20,9 @@ from app.postprocess import Postprocessor
 from app.preprocess import Preprocessor
 
 
+logger = logging.getLogger("ray.serve")
+
+
 class GPUCapacityError(RuntimeError):
     pass
 
@@ -24,15 +31,34 @@ def initial_ocr_replicas(settings: Settings) -> int:
     return settings.ocr_autoscaling.min_replicas if settings.ocr_autoscaling else settings.ocr_replicas
 
 
-def check_gpu_capacity(settings: Settings, cluster_gpus: float) -> None:
+def check_gpu_capacity(settings: Settings, cluster_gpus: float, waited_s: float = 0.0) -> None:
     replicas = initial_ocr_replicas(settings)
     wanted = settings.ocr_num_gpus * replicas
     if settings.ocr_num_gpus > 0 and cluster_gpus < wanted:
         raise GPUCapacityError(
             f"OCRModel asks for {replicas} replica(s) x num_gpus={settings.ocr_num_gpus} "
-            f"= {wanted:g} GPU(s), but the Ray cluster has {cluster_gpus:g}. Start GPU nodes "
-            "(`ray start --num-gpus=N`), lower ocr_replicas, or set ocr_num_gpus: 0 to run on CPU."
+            f"= {wanted:g} GPU(s), but the Ray cluster has {cluster_gpus:g} after waiting {waited_s:.0f} s "
+            f"(gpu_wait_timeout_s): {wanted - cluster_gpus:g} GPU(s) missing. Start or join GPU nodes "
+            "(`cluster/ray-node.sh worker HEAD_IP`), lower ocr_replicas, or set ocr_num_gpus: 0 to run on CPU."
         )
+
+
+def wait_for_gpu_capacity(settings: Settings, cluster_gpus: Callable[[], float], poll_s: float = 2.0) -> None:
+    """A cold fleet: `serve deploy` runs on the head before the GPU workers have joined. Wait for them,
+    up to `gpu_wait_timeout_s`, then fail with what is missing (never leave replicas pending forever)."""
+    wanted = settings.ocr_num_gpus * initial_ocr_replicas(settings)
+    started = time.monotonic()
+    logged = False
+    while settings.ocr_num_gpus > 0 and cluster_gpus() < wanted:
+        waited = time.monotonic() - started
+        if waited >= settings.gpu_wait_timeout_s:
+            break
+        if not logged:
+            logger.warning("waiting up to %.0f s for %g GPU(s) to join (the cluster has %g)",
+                           settings.gpu_wait_timeout_s, wanted, cluster_gpus())
+            logged = True
+        time.sleep(min(poll_s, max(0.0, settings.gpu_wait_timeout_s - waited)))
+    check_gpu_capacity(settings, cluster_gpus(), time.monotonic() - started)
 
 
 def ocr_scaling_options(settings: Settings) -> dict:
@@ -62,7 +88,7 @@ def ocr_scaling_options(settings: Settings) -> dict:
 def build_app(args: dict | None = None) -> Application:
     settings = Settings.model_validate(args or {})
     if ray.is_initialized():
-        check_gpu_capacity(settings, ray.cluster_resources().get("GPU", 0.0))
+        wait_for_gpu_capacity(settings, lambda: ray.cluster_resources().get("GPU", 0.0))
     ocr_model = OCRModel.options(
         ray_actor_options={"num_cpus": settings.ocr_num_cpus, "num_gpus": settings.ocr_num_gpus},
         user_config=settings.batching.model_dump(),

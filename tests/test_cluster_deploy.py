@@ -40,7 +40,7 @@ def cli_env() -> dict:
 def head_node():
     """A real head node (4 CPUs, no GPU) in its own process group, torn down with all its children."""
     temp_dir = tempfile.mkdtemp(prefix="ocr-ray-")
-    ports = {name: free_port() for name in ("gcs", "dashboard", "client", "agent", "http")}
+    ports = {name: free_port() for name in ("gcs", "dashboard", "client", "agent", "http", "worker_agent")}
     command = [
         str(BIN / "ray"), "start", "--head", "--block", "--num-cpus=4", "--num-gpus=0",
         f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}", "--dashboard-host=127.0.0.1",
@@ -52,7 +52,8 @@ def head_node():
     dashboard = f"http://127.0.0.1:{ports['dashboard']}"
     try:
         _wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code == 200, 90, "dashboard")
-        yield {"dashboard": dashboard, "http_port": ports["http"]}
+        yield {"dashboard": dashboard, "http_port": ports["http"], "gcs": f"127.0.0.1:{ports['gcs']}",
+               "temp_dir": temp_dir, "worker_agent_port": ports["worker_agent"]}
     finally:
         subprocess.run([str(BIN / "serve"), "shutdown", "-y", "-a", dashboard], env=cli_env(),
                        capture_output=True, timeout=60)
@@ -104,12 +105,15 @@ def write_config(tmp_path: Path, http_port: int, cpu_only: bool) -> Path:
         write_manifest(model_dir)
         app = config["applications"][0]
         app["args"].update(ocr_num_gpus=0, ocr_num_cpus=1, model_dir=str(model_dir))
+        app["args"].pop("auth")  # listens on 127.0.0.1 only; test_auth.py covers the keys
         app["args"]["ocr_autoscaling"].update(min_replicas=1, max_replicas=2)
         app["args"]["vlm"]["max_new_tokens"] = 8
         for deployment in app["deployments"]:
             deployment["ray_actor_options"] = {"num_cpus": 0.25}
             if "autoscaling_config" in deployment:
                 deployment["autoscaling_config"].update(min_replicas=1, max_replicas=2)
+    else:
+        config["applications"][0]["args"]["gpu_wait_timeout_s"] = 5  # the fleet's 600 s, shortened
     path = tmp_path / ("serve_cpu.yaml" if cpu_only else "serve_fleet.yaml")
     path.write_text(yaml.safe_dump(config))
     return path
@@ -134,8 +138,9 @@ def test_fleet_config_fails_fast_without_gpus(head_node, tmp_path):
     )
     elapsed = time.monotonic() - started
     print(f"fleet config on a GPU-less cluster: DEPLOY_FAILED {elapsed:.1f}s after serve deploy")
-    assert elapsed < 30, f"took {elapsed:.1f}s to fail"
+    assert elapsed < 50, f"took {elapsed:.1f}s to fail"  # the 5 s GPU wait, then the message
     assert "GPU" in status["message"] and "has 0" in status["message"], status["message"]
+    assert "7.5 GPU(s) missing" in status["message"], status["message"]
 
 
 def test_cpu_copy_of_fleet_config_deploys_and_answers(head_node, tmp_path):
@@ -207,3 +212,32 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
     assert restart_step["restarted"] == ["Ingress", "OCRModel", "Postprocessor", "Preprocessor"]
     assert report["load"]["requests"] > 20
     assert report["load"]["failed"] == 0, report["load"]
+
+
+def test_cold_start_gpu_workers_join_after_the_deploy(head_node, tmp_path):
+    """The head has no GPU; `serve deploy` of a GPU config waits; GPU workers join late; it comes up."""
+    config = yaml.safe_load(write_config(tmp_path, head_node["http_port"], cpu_only=True).read_text())
+    args = config["applications"][0]["args"]
+    args.update(ocr_num_gpus=0.5, gpu_wait_timeout_s=180, readiness_timeout_s=3.0)
+    args["ocr_autoscaling"].update(min_replicas=2, max_replicas=2)  # 2 x 0.5 = 1 GPU, on the late worker
+    path = tmp_path / "serve_gpu.yaml"
+    path.write_text(yaml.safe_dump(config))
+    serve_deploy(path, head_node["dashboard"])
+    time.sleep(15)
+    waiting = app_status(head_node["dashboard"])
+    assert waiting.get("status") not in ("RUNNING", "DEPLOY_FAILED"), waiting  # waiting for GPUs, not failed
+    worker = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--block", f"--address={head_node['gcs']}", "--num-cpus=2", "--num-gpus=1",
+         f"--dashboard-agent-listen-port={head_node['worker_agent_port']}", f"--temp-dir={head_node['temp_dir']}",
+         "--disable-usage-stats"],
+        env=cli_env(), start_new_session=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    joined = time.monotonic()
+    try:
+        status = _wait_for(lambda: (s := app_status(head_node["dashboard"])).get("status") == "RUNNING" and s,
+                           240, "RUNNING after the GPU worker joined")
+        print(f"cold start: RUNNING {time.monotonic() - joined:.1f}s after a 1-GPU worker joined a GPU-less head")
+        running = [r for r in status["deployments"]["OCRModel"]["replicas"] if r["state"] == "RUNNING"]
+        assert len(running) == 2, status["deployments"]["OCRModel"]
+        assert info(head_node["http_port"])["settings"]["ocr_num_gpus"] == 0.5
+    finally:
+        _kill_group(worker)

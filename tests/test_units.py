@@ -11,7 +11,7 @@ from ray.exceptions import RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.schema import ServeDeploySchema
 
-from app.builder import GPUCapacityError, check_gpu_capacity
+from app.builder import GPUCapacityError, check_gpu_capacity, wait_for_gpu_capacity
 from app.config import Settings
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, ServiceUnavailable, to_error, unwrap
 from app.ocr_model import batch_cost
@@ -181,3 +181,25 @@ def test_ray_failures_map_to_retryable_503s_never_500():
         for exc in exceptions:
             error = to_error(exc)
             assert (error.status, error.code, error.retryable) == (503, code, True), exc
+
+
+def test_the_gpu_check_waits_for_workers_that_join_late():
+    joined = iter([0, 0, 0.5, 1.0])  # the cluster's GPUs as workers join, one poll after another
+    seen = []
+
+    def cluster_gpus():
+        seen.append(next(joined, 1.0))
+        return seen[-1]
+
+    wait_for_gpu_capacity(Settings(ocr_num_gpus=0.25, ocr_replicas=4, gpu_wait_timeout_s=30), cluster_gpus, poll_s=0.01)
+    assert 1.0 in seen  # it returned only once the fourth quarter-GPU replica fitted
+    with pytest.raises(GPUCapacityError, match="has 0.5 after waiting 0 s .*0.5 GPU\\(s\\) missing"):
+        wait_for_gpu_capacity(Settings(ocr_num_gpus=0.25, ocr_replicas=4, gpu_wait_timeout_s=0.2),
+                              lambda: 0.5, poll_s=0.05)
+
+
+def test_local_runner_refuses_a_network_host_without_api_keys(capsys):
+    from app.__main__ import main
+
+    assert main(["--host", "0.0.0.0"]) == 2  # before any Ray is started
+    assert "without API keys" in capsys.readouterr().err
