@@ -30,6 +30,7 @@ FROM dependencies AS service
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheelhouse/offline_ocr_serve-*.whl
 COPY --chmod=0755 cluster/entrypoint.sh /usr/local/bin/ocr-entrypoint
+COPY --chmod=0644 cluster/ray-auth.sh /usr/local/bin/ray-auth.sh
 COPY serve_config.yaml /etc/ocr/serve_config.yaml
 
 FROM service AS final
@@ -53,9 +54,12 @@ ENV PATH=/opt/venv/bin:${PATH} \
     TRANSFORMERS_OFFLINE=1 \
     PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 \
     RAY_USAGE_STATS_ENABLED=0 \
+    CUDA_DEVICE_ORDER=PCI_BUS_ID \
     RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.proxy_guard:middlewares \
     PYTHONUNBUFFERED=1
 
+# Secrets are mounted at run time, never built in: /etc/ocr/secrets/api_keys (API key digests,
+# serve_config.yaml auth.api_keys_file) and /etc/ocr/secrets/ray_auth_token (mode 0600, the Ray token).
 USER 10001
 WORKDIR /home/ocr
 EXPOSE 8000 6379 8265

@@ -3,12 +3,17 @@
 #   standalone            Ray and the service in this container (one node)
 #   head                  the Ray head; deploys serve_config.yaml once the head is up
 #   worker HEAD_ADDRESS   joins the head at HEAD_ADDRESS (host:6379)
-# GPUs are detected with nvidia-smi; RAY_AUTH_MODE defaults to disabled (closed network).
+# Closed by default: Ray token authentication (cluster/ray-auth.sh: the token file is mounted,
+# mode 0600, or RAY_AUTH_TOKEN comes from a Secret), the dashboard on 127.0.0.1, and API keys on
+# /v1/* from the keys file that serve_config.yaml names (auth.api_keys_file, mounted read-only).
 set -euo pipefail
 
 role="${1:-standalone}"
 config="${OCR_SERVE_CONFIG:-/etc/ocr/serve_config.yaml}"
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=cluster/ray-auth.sh
+source "$here/ray-auth.sh"
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
 
 gpus() {
   if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L | wc -l; else echo 0; fi
@@ -16,14 +21,20 @@ gpus() {
 
 case "$role" in
   standalone)
+    # One node, one Ray instance inside this process: Ray makes its own token for it.
+    export RAY_AUTH_MODE=token
     exec python -m app --host 0.0.0.0 --port 8000 --config "$config" --num-gpus "$(gpus)"
     ;;
   head)
-    ray start --head --port=6379 --dashboard-host=0.0.0.0 --num-gpus="$(gpus)" --disable-usage-stats
+    ray_token_auth
+    ray start --head --port=6379 "--dashboard-host=${RAY_DASHBOARD_HOST:-127.0.0.1}" --num-gpus="$(gpus)" \
+      --disable-usage-stats
+    # Workers may join later: the builder waits gpu_wait_timeout_s for the GPUs the config needs.
     serve deploy "$config"
     exec tail -f /dev/null
     ;;
   worker)
+    ray_token_auth
     address="${2:?worker needs the head address, host:6379}"
     exec ray start --address="$address" --num-gpus="$(gpus)" --disable-usage-stats --block
     ;;

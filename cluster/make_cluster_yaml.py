@@ -17,6 +17,10 @@ from pathlib import Path
 import yaml
 
 START_FLAGS = "--num-gpus=$(nvidia-smi -L | wc -l) --disable-usage-stats"
+# Token authentication from the token file delivered to every node with the bundle (mode 0600,
+# cluster/make-ray-token.sh), mounted read-only into the container; never baked into the image.
+TOKEN_PATH = "/etc/ocr/secrets/ray_auth_token"
+AUTH_ENV = f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={TOKEN_PATH} CUDA_DEVICE_ORDER=PCI_BUS_ID"
 
 
 def read_inventory(path: Path) -> tuple[str, list[str]]:
@@ -52,7 +56,8 @@ def cluster_config(head: str, workers: list[str], image: str, ssh_user: str, ssh
             "pull_before_run": False,  # preloaded: nothing is fetched at start
             # --runtime=nvidia works on Docker engines too old to know --gpus.
             "run_options": ["--runtime=nvidia", "-e NVIDIA_VISIBLE_DEVICES=all", "--shm-size=16g",
-                            "--ulimit nofile=65536:65536", "-v /models:/models:ro"],
+                            "--ulimit nofile=65536:65536", "-v /models:/models:ro",
+                            "-v /etc/ocr/secrets:/etc/ocr/secrets:ro"],
         },
         "initialization_commands": [],
         "setup_commands": [],
@@ -65,12 +70,13 @@ def cluster_config(head: str, workers: list[str], image: str, ssh_user: str, ssh
         "rsync_filter": [],
         "head_start_ray_commands": [
             "ray stop",
-            f"RAY_AUTH_MODE=disabled ray start --head --port=6379 --dashboard-host=0.0.0.0 {START_FLAGS} "
+            # The dashboard and job API on the head's loopback only: `serve deploy` runs on the head.
+            f"{AUTH_ENV} ray start --head --port=6379 --dashboard-host=127.0.0.1 {START_FLAGS} "
             "--autoscaling-config=~/ray_bootstrap_config.yaml",
         ],
         "worker_start_ray_commands": [
             "ray stop",
-            f"RAY_AUTH_MODE=disabled ray start --address=$RAY_HEAD_IP:6379 {START_FLAGS}",
+            f"{AUTH_ENV} ray start --address=$RAY_HEAD_IP:6379 {START_FLAGS}",
         ],
     }
 
