@@ -217,5 +217,9 @@ class OCRModel:
             },
         }
 
+    def record_autoscaling_stats(self) -> dict:
+        """For app.autoscaling.queue_policy: pages this replica takes at once, as clamped to its device."""
+        return {"batch_capacity": float(self._config.max_batch_size * self._config.max_concurrent_batches)}
+
     def check_health(self) -> None:
         self._engine.check_health()

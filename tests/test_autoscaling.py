@@ -70,3 +70,13 @@ def test_a_replica_that_died_is_not_a_reason_to_scale_down():
 def test_floor_and_ceiling_are_respected():
     assert queue_policy(context(target=2, load=10_000, now=100, ceiling=3))[0] == 3
     assert queue_policy(context(target=1, load=0, now=1000, floor=2))[0] == 2
+
+
+def test_the_target_follows_the_capacity_the_replicas_measured():
+    ctx = context(target=1, load=16, now=0.0)
+    assert queue_policy(ctx)[0] == 2  # configured: 8 pages per replica
+    ctx = context(target=2, load=16, now=0.0)
+    ctx._aggregated_metrics_value = {"batch_capacity": {"r1": 4.0, "r2": 2.0}}  # clamped at warm-up
+    assert queue_policy(ctx)[0] == 4  # 16 pages / 2 per replica = 8, at most doubling from 2
+    ctx._aggregated_metrics_value = {"batch_capacity": {"r1": 0.0}}  # nothing usable: the configured target
+    assert queue_policy(ctx)[0] == 2

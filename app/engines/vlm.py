@@ -20,6 +20,7 @@ from PIL import Image
 from app.config import Settings
 from app.engines.base import EngineInfo, InputBudget
 from app.engines.repetition import cut_loop
+from app.engines.warmup_probe import budget_page_size, largest_fitting_batch
 from app.engines.vlm_families import family_for, missing_model_files
 from app.errors import ServiceUnavailable
 from app.schemas import EngineResult
@@ -75,6 +76,7 @@ class VLMEngine:
         self._device = pick_device(settings.device)
         self._dtype = pick_dtype(self._options.dtype, self._device)
         self._threads, self._gpu_share = threads, gpu_share
+        self._concurrency = settings.batching.max_concurrent_batches  # batches the warm-up runs at once
         self._prompt = self._options.prompt or self._family.default_prompt
         self._model = None
         self._batch_limits: Optional[tuple[int, int]] = None
@@ -110,27 +112,58 @@ class VLMEngine:
         if self._device != "cuda":
             self.infer([page, page])  # one small batch: pays lazy initialisation, measures nothing
             return
-        self._batch_limits = self._probe_batch(np.asarray(render_text_page(width=1240, font_size=28)))
-        logger.info("vlm warm-up: batch limit %s (pages, pixels)", self._batch_limits)
+        self.infer([page])  # lazy initialisation first, so the probe measures steady state
+        width, height = budget_page_size(self.input_budget.max_side, self.input_budget.max_pixels)
+        probe_page = Image.new("RGB", (width, height), "white")
+        probe_page.paste(render_text_page(width=width, font_size=28), (0, 0))
+        pages = largest_fitting_batch(lambda size: self._fits(probe_page, size), self._options.warmup_max_batch)
+        if pages == 0:
+            raise RuntimeError(f"a single {width}x{height} page at max_new_tokens={self._options.max_new_tokens} "
+                               "does not fit in this replica's GPU memory share")
+        self._batch_limits = (pages, pages * width * height)
+        logger.info("vlm warm-up: %d page(s) of %dx%d fit, %d batch(es) at once, max_new_tokens=%d",
+                    pages, width, height, self._concurrency, self._options.max_new_tokens)
 
-    def _probe_batch(self, page: np.ndarray) -> tuple[int, int]:
-        """Double the batch of full-budget pages until CUDA runs out of memory; keep the last that fit."""
+    def _fits(self, page: Image.Image, size: int) -> bool:
+        """`max_concurrent_batches` batches of `size` budget pages at once, each with a KV cache as
+        long as the prompt plus `max_new_tokens`: True when none ran out of memory."""
+        import concurrent.futures
+
         import torch
 
-        fitted, size = 0, 1
-        while size <= self._options.warmup_max_batch:
+        try:
+            with concurrent.futures.ThreadPoolExecutor(self._concurrency) as pool:
+                for done in [pool.submit(self._kv_bound_forward, [page] * size) for _ in range(self._concurrency)]:
+                    done.result()
+            return True
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            return False
+        finally:
+            torch.cuda.empty_cache()
+
+    def _kv_bound_forward(self, images: list[Image.Image]) -> None:
+        """One forward over the prompt extended by max_new_tokens pad tokens, keeping the cache:
+        its memory bounds generation's from above (the full-length KV cache, and prefill
+        activations over more tokens than any decoding step), at a fraction of the time."""
+        import torch
+
+        inputs = self._family.inputs(images, self._prompt)
+        inputs = {k: v.to(self._device) for k, v in inputs.items()}
+        if "pixel_values" in inputs:
+            inputs["pixel_values"] = inputs["pixel_values"].to(self._dtype)
+        extra = self._options.max_new_tokens
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        pad = torch.full((ids.shape[0], extra), self._family.tokenizer.pad_token_id or 0, dtype=ids.dtype,
+                         device=ids.device)
+        inputs["input_ids"] = torch.cat([ids, pad], dim=1)
+        inputs["attention_mask"] = torch.cat([mask, torch.ones_like(pad, dtype=mask.dtype)], dim=1)
+        with torch.inference_mode():
             try:
-                self._generate([Image.fromarray(page)] * size, max_new_tokens=min(64, self._options.max_new_tokens))
-                fitted, size = size, size * 2
-            except Exception as exc:
-                if not is_out_of_memory(exc):
-                    raise
-                break
-            finally:
-                torch.cuda.empty_cache()
-        if fitted == 0:
-            raise RuntimeError("a single warm-up page does not fit in this replica's GPU memory share")
-        return fitted, fitted * page.shape[0] * page.shape[1]
+                self._model(**inputs, use_cache=True, logits_to_keep=1)
+            except TypeError:  # a model without logits_to_keep: full logits, a larger (still upper) bound
+                self._model(**inputs, use_cache=True)
 
     def batch_limits(self) -> Optional[tuple[int, int]]:
         return self._batch_limits
