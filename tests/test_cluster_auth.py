@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +38,8 @@ def token_head(tmp_path_factory):
     base = tmp_path_factory.mktemp("ray-auth")
     token = base / "ray_auth_token"
     subprocess.run(["bash", str(ROOT / "cluster" / "make-ray-token.sh"), str(token)], check=True, capture_output=True)
-    temp_dir = str(base / "ray")
+    # Ray's socket paths must stay under 107 bytes: a short temp dir, not pytest's deep one.
+    temp_dir = tempfile.mkdtemp(prefix="ocr-ray-")
     ports = {name: str(free_port()) for name in ("GCS", "DASHBOARD", "CLIENT", "NODE_MANAGER", "OBJECT_MANAGER",
                                                  "RUNTIME_ENV_AGENT", "DASHBOARD_AGENT_GRPC", "DASHBOARD_AGENT",
                                                  "METRICS")}
@@ -47,11 +50,12 @@ def token_head(tmp_path_factory):
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dashboard = f"http://127.0.0.1:{ports['DASHBOARD']}"
     try:
-        _wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code in (200, 401), 90, "dashboard")
+        _wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code in (200, 401), 150, "dashboard")
         yield {"dashboard": dashboard, "token": token}
     finally:
         _kill_group(process)
         _kill_leftovers(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def submit(dashboard: str, env: dict) -> subprocess.CompletedProcess:
