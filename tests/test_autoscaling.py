@@ -12,12 +12,12 @@ CONFIG = AutoscalingConfig(min_replicas=1, max_replicas=16, target_ongoing_reque
 
 
 def context(target: int, load: float, now: float, state: dict | None = None, running: int | None = None,
-            floor: int = 1, ceiling: int = 16) -> AutoscalingContext:
+            floor: int = 1, ceiling: int = 16, metrics: dict | None = None) -> AutoscalingContext:
     return AutoscalingContext(
         deployment_id=None, deployment_name="OCRModel", app_name="ocr",
         current_num_replicas=target if running is None else running, target_num_replicas=target,
         running_replicas=[], total_num_requests=load, total_queued_requests=0.0,
-        aggregated_metrics={}, raw_metrics={}, capacity_adjusted_min_replicas=floor,
+        aggregated_metrics=metrics or {}, raw_metrics={}, capacity_adjusted_min_replicas=floor,
         capacity_adjusted_max_replicas=ceiling, policy_state=state or {},
         last_scale_up_time=None, last_scale_down_time=None, current_time=now, config=CONFIG,
     )
@@ -73,10 +73,8 @@ def test_floor_and_ceiling_are_respected():
 
 
 def test_the_target_follows_the_capacity_the_replicas_measured():
-    ctx = context(target=1, load=16, now=0.0)
-    assert queue_policy(ctx)[0] == 2  # configured: 8 pages per replica
-    ctx = context(target=2, load=16, now=0.0)
-    ctx._aggregated_metrics_value = {"batch_capacity": {"r1": 4.0, "r2": 2.0}}  # clamped at warm-up
-    assert queue_policy(ctx)[0] == 4  # 16 pages / 2 per replica = 8, at most doubling from 2
-    ctx._aggregated_metrics_value = {"batch_capacity": {"r1": 0.0}}  # nothing usable: the configured target
-    assert queue_policy(ctx)[0] == 2
+    assert queue_policy(context(target=2, load=16, now=0.0))[0] == 2  # configured: 8 pages per replica
+    clamped = {"batch_capacity": {"r1": 4.0, "r2": 2.0}}  # what the replicas measured at warm-up
+    assert queue_policy(context(target=2, load=16, now=0.0, metrics=clamped))[0] == 4  # 16/2 = 8, doubling from 2
+    unusable = {"batch_capacity": {"r1": 0.0}}  # nothing usable: the configured target
+    assert queue_policy(context(target=2, load=16, now=0.0, metrics=unusable))[0] == 2
