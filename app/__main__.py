@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="serve config file whose applications[0].args to use")
     parser.add_argument("--num-cpus", type=int, default=None, help="logical CPUs for the local Ray instance")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs for the local Ray instance (default: detect)")
+    parser.add_argument("--data-dir", default="data",
+                        help="where jobs are kept (jobs.store sqlite:///DATA_DIR/jobs.sqlite3) unless the config names a store")
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--stop-timeout", type=float, default=3.0,
                         help="seconds in-flight requests get to finish on Ctrl-C before Ray is stopped")
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
               "Set auth.api_keys_file in the --config file (python -m app.auth add FILE NAME makes a key), "
               "or listen on 127.0.0.1.", file=sys.stderr)
         return 2
+
+    args = with_local_job_store(args, options.data_dir)
 
     import ray
     from ray import serve
@@ -84,6 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     stop_quickly(options.stop_timeout)
     print(f"stopped in {time.monotonic() - started:.1f}s", flush=True)
     return 0
+
+
+def with_local_job_store(args: dict, data_dir: str) -> dict:
+    """Jobs on by default on one machine: a SQLite file under the data directory (made here, mode 0700)."""
+    jobs = dict(args.get("jobs") or {})
+    if jobs.get("store"):
+        return args
+    path = os.path.abspath(data_dir)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    jobs["store"] = f"sqlite:///{os.path.join(path, 'jobs.sqlite3')}"
+    return {**args, "jobs": jobs}
 
 
 def stop_quickly(drain_s: float) -> None:

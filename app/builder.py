@@ -15,6 +15,7 @@ from ray.serve import Application
 
 from app.config import Settings
 from app.ingress import Ingress
+from app.jobs.runner import JobRunner
 from app.ocr_model import OCRModel
 from app.postprocess import Postprocessor
 from app.preprocess import Preprocessor
@@ -100,4 +101,9 @@ def build_app(args: dict | None = None) -> Application:
     ingress = Ingress.options(
         max_ongoing_requests=settings.max_inflight_requests + 32, max_queued_requests=64
     )
-    return ingress.bind(settings, Preprocessor.bind(settings), ocr_model, Postprocessor.bind())
+    preprocessor, postprocessor = Preprocessor.bind(settings), Postprocessor.bind()
+    runner = None
+    if settings.jobs.store:
+        runner = JobRunner.options(num_replicas=settings.jobs.runner_replicas).bind(
+            settings, preprocessor, ocr_model, postprocessor)
+    return ingress.bind(settings, preprocessor, ocr_model, postprocessor, runner)

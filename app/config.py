@@ -115,6 +115,39 @@ class Readiness(BaseModel):
     )
 
 
+class Jobs(BaseModel):
+    """Async jobs for long documents (app/jobs): where their state lives and how they share the graph."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: Optional[str] = Field(
+        None, description="sqlite:///ABSOLUTE/PATH (one node) or redis://HOST:PORT/DB (the fleet); unset: no /v1/jobs."
+    )
+    redis_password_file: Optional[str] = Field(
+        None, description="File holding the Redis password (requirepass); never put it in the URL or the config."
+    )
+    require_aof: bool = Field(
+        True, description="Refuse a Redis without appendonly: a restart of it would lose accepted jobs."
+    )
+    max_pages: int = Field(2000, gt=0, description="Most pages one job may expand to (after `pages`).")
+    max_upload_bytes: int = Field(500 * 1024 * 1024, gt=0, description="Largest accepted job document.")
+    upload_read_timeout_s: float = Field(300.0, gt=0, description="A job's whole document must arrive within this; else 408.")
+    ttl_s: float = Field(86400.0, gt=0, description="Finished jobs and their results are deleted this long after they end.")
+    page_retries: int = Field(3, ge=0, le=10, description="Retries of a page after a retryable error, then it is failed.")
+    max_page_error_rate: float = Field(
+        0.004, ge=0, le=1, description="Failed pages at or under this share end a job `partial`; above it, `failed`."
+    )
+    max_inflight_pages: int = Field(
+        4, ge=1, description="Pages of one job in the graph at once, so one long job cannot starve the rest."
+    )
+    runner_replicas: int = Field(1, ge=1, description="JobRunner replicas; each lease is one job on one runner.")
+    jobs_per_runner: int = Field(2, ge=1, description="Jobs one runner replica works on at once.")
+    lease_s: float = Field(
+        10.0, ge=1, description="A runner's claim on a job; renewed every third of it. A lapsed lease is taken over."
+    )
+    poll_s: float = Field(1.0, gt=0, description="How often an idle runner looks for queued jobs.")
+
+
 class Settings(BaseModel):
     """The application's configuration (`applications[].args` in serve_config.yaml)."""
 
@@ -158,6 +191,7 @@ class Settings(BaseModel):
     batching: BatchConfig = Field(default_factory=BatchConfig)
     warmup: bool = Field(True, description="Run a synthetic page through the engine before taking traffic.")
     auth: Auth = Field(default_factory=Auth)
+    jobs: Jobs = Field(default_factory=Jobs)
     readiness: Readiness = Field(default_factory=Readiness)
     gpu_wait_timeout_s: float = Field(
         600.0, ge=0, description="How long the builder waits for the GPUs the OCR replicas need to join the cluster."
@@ -170,6 +204,9 @@ class Settings(BaseModel):
     def _consistent(self) -> "Settings":
         if self.device == "cuda" and self.ocr_num_gpus <= 0:
             raise ValueError("device 'cuda' needs ocr_num_gpus > 0, or the replica is given no GPU")
+        store = self.jobs.store
+        if store and not (store.startswith("sqlite:///") or store.startswith("redis://")):
+            raise ValueError("jobs.store must be sqlite:///ABSOLUTE/PATH or redis://HOST:PORT/DB")
         if self.engine == "vlm" and not self.model_dir:
             raise ValueError("engine 'vlm' needs model_dir: a local directory holding the model")
         return self

@@ -116,6 +116,26 @@ def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], 
     return _rasterise_pdf(data, pages, limits) if kind == "pdf" else _decode_image(data, pages, limits)
 
 
+def select_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], max_pages: int) -> list[int]:
+    """The 1-based page numbers a job will process: the document opened and counted, nothing rendered."""
+    kind = sniff_kind(data, declared_type)
+    if kind == "image":
+        with _pillow_errors_as_4xx():
+            with Image.open(io.BytesIO(data)) as img:
+                count = getattr(img, "n_frames", 1)
+    else:
+        with _PDFIUM_LOCK:
+            pdf = _open_pdf(data)
+            try:
+                with _pdfium_errors_as_4xx("The PDF's pages could not be counted"):
+                    count = len(pdf)
+            finally:
+                pdf.close()
+        if count <= 0:
+            raise UnprocessableDocument("The PDF has no pages.", code="corrupt_pdf")
+    return [index + 1 for index in parse_page_spec(pages, count, max_pages)]
+
+
 def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits) -> list[DecodedPage]:
     return list(iter_pages(data, declared_type, pages, limits))
 

@@ -163,3 +163,17 @@ def to_error(exc: BaseException, request_id: Optional[str] = None) -> OCRService
         return ServiceUnavailable("The request timed out inside the service.", code="timeout")
     logger.error("request %s: unexpected error reached the error boundary", request_id or "-", exc_info=exc)
     return OCRServiceError(f"Internal error; the service log has the details under request id {request_id or '-'}.")
+
+
+class NotFound(OCRServiceError):
+    status, code = 404, "not_found"
+
+
+class Conflict(OCRServiceError):
+    status, code = 409, "conflict"
+
+
+class NotConfigured(OCRServiceError):
+    """A capability this deployment was not given (for example jobs without `jobs.store`)."""
+
+    status, code = 501, "not_configured"

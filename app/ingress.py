@@ -23,6 +23,7 @@ from app import __version__
 from app.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
 from app.errors import OCRServiceError, RequestTimeout, ServiceUnavailable, to_error
+from app.jobs.routes import JobRoutes
 from app.proxy_guard import safe_request_id
 from app.readiness import ReadinessCache, missing_stages, running_replicas
 from app.retry import retry_on_replica_loss
@@ -78,9 +79,11 @@ class Ingress:
         preprocessor: DeploymentHandle,
         ocr_model: DeploymentHandle,
         postprocessor: DeploymentHandle,
+        job_runner: Optional[DeploymentHandle] = None,
     ):
         self._settings = settings
         self._pre = preprocessor.options(stream=True)
+        self._jobs = JobRoutes(settings, preprocessor, job_runner)
         self._ocr = ocr_model
         self._post = postprocessor
         self._engine: Optional[dict] = None
@@ -184,6 +187,31 @@ class Ingress:
             ocr.cancel()
             response.cancel()
             raise
+
+    # -- async jobs (app/jobs/routes.py): the store holds everything, so any replica answers --
+
+    @api.post("/v1/jobs")
+    async def submit_job(self, request: Request) -> JSONResponse:
+        return await self._job_call(request, self._jobs.submit)
+
+    @api.get("/v1/jobs/{job_id}")
+    async def job_status(self, request: Request, job_id: str) -> JSONResponse:
+        return await self._job_call(request, self._jobs.status, job_id)
+
+    @api.get("/v1/jobs/{job_id}/result")
+    async def job_result(self, request: Request, job_id: str):
+        return await self._job_call(request, self._jobs.result, job_id)
+
+    @api.delete("/v1/jobs/{job_id}")
+    async def delete_job(self, request: Request, job_id: str):
+        return await self._job_call(request, self._jobs.delete, job_id)
+
+    async def _job_call(self, request: Request, route, *args):
+        request_id = _request_id(request)
+        try:
+            return await route(request, request_id, *args)
+        except Exception as exc:
+            return self._failed(request_id, exc)
 
     async def _engine_identity(self) -> dict:
         if self._engine is None:

@@ -49,6 +49,11 @@ class Preprocessor:
             yield to_payload(page, index, request_id)
             index += 1
 
+    async def select_pages(self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
+                           max_pages: int) -> list[int]:
+        """For a job: the page numbers it will process. Bad input raises the same 4xx errors as `prepare`."""
+        return await self._sandbox.count(data, content_type, pages, max_pages, label=f"job {request_id}")
+
     def sandbox_stats(self) -> dict:
         return {**self._sandbox.stats, "idle_workers": self._sandbox.worker_pids()}
 

@@ -170,6 +170,19 @@ class DecodeSandbox:
             finally:
                 self._give_back(worker)
 
+    async def count(self, data: bytes, content_type: Optional[str], pages: Optional[str], max_pages: int,
+                    label: str = "") -> list[int]:
+        """The 1-based page numbers of a selection, counted in a worker under the same limits as rendering."""
+        async with self._slots:
+            worker = self._take()
+            try:
+                header, _ = await self._exchange(
+                    worker, {"type": "count", "content_type": content_type, "pages": pages, "max_pages": max_pages},
+                    data, step="counting the pages", label=label)
+                return [int(number) for number in header["pages"]]
+            finally:
+                self._give_back(worker)
+
     def _take(self) -> DecoderProcess:
         while self._idle:
             worker = self._idle.pop()

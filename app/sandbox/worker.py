@@ -3,8 +3,8 @@
 It caps its own address space before it reads a byte of input, then serves one
 document at a time from stdin, one page per `next`:
 
-  parent -> worker   open (blob: the document) | next | close
-  worker -> parent   ready | opened | page (blob: PNG) | end | error
+  parent -> worker   open (blob: the document) | next | close | count (blob: the document)
+  worker -> parent   ready | opened | page (blob: PNG) | end | counted | error
 
 Everything it computes is pure `app.documents`; what runs here can only hurt this process.
 """
@@ -89,6 +89,14 @@ class Session:
         }
         return header, png
 
+    def count(self, header: dict, blob: bytes) -> dict:
+        """The page numbers a selection names, for a job; nothing is rendered."""
+        from app.documents import select_pages
+
+        self.close()
+        selected = select_pages(blob, header.get("content_type"), header.get("pages"), int(header["max_pages"]))
+        return {"type": "counted", "pages": selected}
+
     def close(self) -> None:
         if self._pages is not None:
             self._pages.close()
@@ -115,6 +123,8 @@ def serve_forever(stdin, stdout, session: Session) -> None:
         try:
             if kind == "open":
                 send(session.open(header, blob))
+            elif kind == "count":
+                send(session.count(header, blob))
             elif kind == "next":
                 send(*session.next())
             else:

@@ -1,0 +1,132 @@
+"""POST/GET/DELETE /v1/jobs: what the ingress does for jobs, against the store only.
+
+Any ingress replica answers for any job: nothing here is kept in memory between requests.
+A job is visible only to the API client (key name) that submitted it; to any other it is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import time
+import uuid
+from typing import Optional
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from ray.serve.handle import DeploymentHandle
+
+from app.config import Settings
+from app.errors import BadRequest, Conflict, NotConfigured, NotFound, RequestTimeout, ServiceUnavailable
+from app.jobs.model import Job, result_body, result_markdown, status_body
+from app.jobs.store import JobStore, open_store
+from app.proxy_guard import safe_request_id
+from app.uploads import read_upload
+
+logger = logging.getLogger("ray.serve")
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+MAX_WAIT_S = 60.0
+
+
+class JobRoutes:
+    def __init__(self, settings: Settings, preprocessor: DeploymentHandle, runner: Optional[DeploymentHandle],
+                 base_path: str = "/v1/jobs"):
+        self._settings = settings
+        self._jobs = settings.jobs
+        self._pre = preprocessor
+        self._runner = runner
+        self._base = base_path
+        self._store: Optional[JobStore] = open_store(settings) if settings.jobs.store else None
+
+    def _require_store(self) -> JobStore:
+        if self._store is None:
+            raise NotConfigured("Jobs are not enabled on this deployment: set jobs.store in its config.")
+        return self._store
+
+    async def _call(self, method, *args):
+        try:
+            return await asyncio.to_thread(method, *args)
+        except Exception as exc:
+            raise ServiceUnavailable("The job store is not answering; retry.", code="job_store_unavailable") from exc
+
+    async def submit(self, request: Request, request_id: str) -> JSONResponse:
+        store = self._require_store()
+        logger.info("request %s (job submit) from client %s", request_id, _client(request))
+        key = request.headers.get("idempotency-key")
+        if key is not None and safe_request_id(key) is None:
+            raise BadRequest("Idempotency-Key must be 1-128 characters of letters, digits and -_.:",
+                             code="invalid_idempotency_key")
+        try:
+            upload = await asyncio.wait_for(read_upload(request, self._jobs.max_upload_bytes),
+                                            self._jobs.upload_read_timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"The document did not arrive within jobs.upload_read_timeout_s="
+                                 f"{self._jobs.upload_read_timeout_s:g} s.", retry_after_s=1) from None
+        pages = await self._pre.select_pages.remote(request_id, upload.data, upload.content_type, upload.pages,
+                                                    self._jobs.max_pages)
+        job = Job(id=uuid.uuid4().hex, client=_client(request), content_type=upload.content_type,
+                  filename=(upload.filename or "")[:255] or None,
+                  document_sha256=hashlib.sha256(upload.data).hexdigest(), pages=pages, created_at=time.time())
+        stored, created = await self._call(store.create, job, upload.data, key)
+        if not created and stored.document_sha256 != job.document_sha256:
+            raise Conflict("This Idempotency-Key was already used for a different document.",
+                           code="idempotency_key_reused")
+        if created and self._runner is not None:
+            self._runner.wake.remote()  # fire and forget: the runners poll anyway
+        body = status_body(stored, self._base)
+        return JSONResponse(body, status_code=202 if created else 200,
+                            headers={"Location": body["status_url"], "X-Request-ID": request_id})
+
+    async def _job(self, request: Request, job_id: str) -> Job:
+        store = self._require_store()
+        job = await self._call(store.get, job_id) if _JOB_ID.match(job_id) else None
+        if job is None or job.client != _client(request):
+            raise NotFound(f"No job {job_id[:64]!r}: it never existed, was deleted, or expired.", code="job_not_found")
+        return job
+
+    async def status(self, request: Request, request_id: str, job_id: str) -> JSONResponse:
+        wait = _wait_s(request.query_params.get("wait"))
+        job = await self._job(request, job_id)
+        deadline = time.monotonic() + wait
+        first = job.status
+        while job.status == first and not job.finished and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            job = await self._job(request, job_id)
+        return JSONResponse(status_body(job, self._base))
+
+    async def result(self, request: Request, request_id: str, job_id: str) -> Response:
+        form = request.query_params.get("format", "json")
+        if form not in ("json", "markdown"):
+            raise BadRequest("format must be json or markdown.", code="invalid_format")
+        job = await self._job(request, job_id)
+        if not job.finished:
+            return JSONResponse(status_body(job, self._base), status_code=202, headers={"Retry-After": "2"})
+        body = result_body(job, await self._call(self._store.results, job_id))
+        if form == "markdown":
+            return Response(result_markdown(body), media_type="text/markdown; charset=utf-8")
+        return JSONResponse(body)
+
+    async def delete(self, request: Request, request_id: str, job_id: str) -> Response:
+        await self._job(request, job_id)
+        # Canceled first, so that a runner holding it writes nothing more, then everything goes.
+        await self._call(self._store.finish, job_id, None, "canceled", self._jobs.ttl_s)
+        await self._call(self._store.delete, job_id)
+        return Response(status_code=204)
+
+
+def _client(request: Request) -> str:
+    return getattr(request.state, "api_client", None) or "-"
+
+
+def _wait_s(raw: Optional[str]) -> float:
+    if raw is None:
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise BadRequest("wait must be a number of seconds (at most 60).", code="invalid_wait") from None
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise BadRequest("wait must be between 0 and 60 seconds.", code="invalid_wait")
+    return wait

@@ -1,0 +1,301 @@
+"""The JobRunner deployment: claims queued jobs under a lease and sends their pages through the graph.
+
+Each replica runs one claim loop (started with the replica, restarted by `check_health` if it
+ever stops). A claimed job is leased for `jobs.lease_s` and renewed every third of it; a runner
+that dies stops renewing, its lease lapses, and the next claim (here or on any other runner)
+goes on from the pages the store has not recorded. Per job at most `jobs.max_inflight_pages`
+pages are in the graph at once, so a 500-page job cannot crowd out synchronous requests.
+A page is rendered in chunks of the document (one Preprocessor stream per chunk), then OCR'd
+and postprocessed exactly like a page of /v1/ocr, and its result is written as it completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import AsyncIterator, Optional
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from app.config import Settings
+from app.errors import to_error
+from app.jobs.model import FAILED, Job, final_status
+from app.jobs.store import open_store
+from app.schemas import PagePayload
+
+logger = logging.getLogger("ray.serve")
+
+
+@dataclass
+class PageFailure:
+    """A page that could not be rendered or read, with the error the client will see for it."""
+
+    page_number: int
+    error: dict
+
+
+def page_spec(numbers: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3,7': the `pages` parameter the Preprocessor understands."""
+    parts, start, prev = [], None, None
+    for number in numbers:
+        if start is not None and number == prev + 1:
+            prev = number
+            continue
+        if start is not None:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+        start = prev = number
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(parts)
+
+
+def chunked(numbers: list[int], size: int) -> list[list[int]]:
+    return [numbers[i:i + size] for i in range(0, len(numbers), size)]
+
+
+def backoff_s(attempt: int) -> float:
+    return min(0.5 * 2 ** attempt, 8.0)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=16, health_check_period_s=5,
+                  graceful_shutdown_timeout_s=5)
+class JobRunner:
+    def __init__(self, settings: Settings, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
+                 postprocessor: DeploymentHandle):
+        self._settings = settings
+        self._jobs = settings.jobs
+        self._store = open_store(settings)
+        self._pre = preprocessor.options(stream=True)
+        self._ocr = ocr_model
+        self._post = postprocessor
+        self._owner = f"runner-{uuid.uuid4().hex[:12]}"
+        self._active: dict[str, asyncio.Task] = {}
+        self._engine: Optional[dict] = None
+        self._wake: Optional[asyncio.Event] = None
+        self._loop_task: Optional[asyncio.Task] = None
+        self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0}
+        try:
+            self._ensure_loop()
+        except RuntimeError:  # no running loop here: check_health starts it
+            pass
+
+    # -- the claim loop ------------------------------------------------------------------
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            loop = asyncio.get_running_loop()
+            self._wake = self._wake or asyncio.Event()
+            self._loop_task = loop.create_task(self._claim_loop())
+            logger.info("job runner %s claiming from %s", self._owner, self._store.__class__.__name__)
+
+    async def check_health(self) -> None:
+        self._ensure_loop()
+        await asyncio.to_thread(self._store.ping)
+
+    async def wake(self) -> None:
+        """Called by the ingress when it queues a job, so that it starts without waiting for the poll."""
+        self._ensure_loop()
+        self._wake.set()
+
+    def info(self) -> dict:
+        return {"owner": self._owner, "active": sorted(self._active), "stats": self.stats}
+
+    async def _claim_loop(self) -> None:
+        last_purge = 0.0
+        while True:
+            try:
+                if time.monotonic() - last_purge > 60:
+                    last_purge = time.monotonic()
+                    purged = await asyncio.to_thread(self._store.purge_expired)
+                    if purged:
+                        logger.info("job runner %s: %d expired job(s) deleted", self._owner, purged)
+                while len(self._active) < self._jobs.jobs_per_runner:
+                    job = await asyncio.to_thread(self._store.claim, self._owner, self._jobs.lease_s)
+                    if job is None:
+                        break
+                    self.stats["claimed"] += 1
+                    self._active[job.id] = asyncio.ensure_future(self._run_job(job))
+            except Exception:
+                logger.exception("job runner %s: claiming failed; trying again", self._owner)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._jobs.poll_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _run_job(self, job: Job) -> None:
+        worker = asyncio.current_task()
+        heartbeat = asyncio.ensure_future(self._heartbeat(job.id, worker))
+        logger.info("job %s: claimed by %s (%d pages, %d recorded)", job.id, self._owner, len(job.pages),
+                    job.done + job.failed)
+        try:
+            await self._process(job)
+        except asyncio.CancelledError:
+            logger.info("job %s: stopped on %s (canceled, deleted or lease lost)", job.id, self._owner)
+        except Exception:
+            logger.exception("job %s: runner %s failed; the lease is released for another try", job.id, self._owner)
+            await asyncio.sleep(1.0)
+        finally:
+            heartbeat.cancel()
+            self._active.pop(job.id, None)
+            try:
+                await asyncio.to_thread(self._store.release, job.id, self._owner)
+            except Exception:
+                pass  # the lease lapses by itself
+            if self._wake is not None:
+                self._wake.set()
+
+    async def _heartbeat(self, job_id: str, worker: asyncio.Task) -> None:
+        """Renew the lease; a job that is gone (DELETE) or was taken over stops here."""
+        while True:
+            await asyncio.sleep(self._jobs.lease_s / 3)
+            try:
+                held = await asyncio.to_thread(self._store.renew, job_id, self._owner, self._jobs.lease_s)
+            except Exception:
+                logger.warning("job %s: the store did not answer the heartbeat", job_id)
+                continue
+            if not held:
+                self.stats["lost_leases"] += 1
+                worker.cancel()
+                return
+
+    # -- one job ---------------------------------------------------------------------------
+
+    async def _process(self, job: Job) -> None:
+        document = await asyncio.to_thread(self._store.document, job.id)
+        if document is None:
+            return  # deleted meanwhile
+        recorded = await asyncio.to_thread(self._store.recorded_pages, job.id)
+        todo = [number for number in job.pages if number not in recorded]
+        index_of = {number: index for index, number in enumerate(job.pages)}
+        slots = asyncio.Semaphore(self._jobs.max_inflight_pages)
+        chunk = min(self._settings.limits.max_pages, max(8, 2 * self._jobs.max_inflight_pages))
+        tasks: list[asyncio.Task] = []
+        try:
+            for numbers in chunked(todo, chunk):
+                async for item in self._rendered(job, document, numbers):
+                    await slots.acquire()
+                    tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        await self._judge(job)
+
+    async def _judge(self, job: Job) -> None:
+        current = await asyncio.to_thread(self._store.get, job.id)
+        if current is None or current.finished:
+            return
+        total = len(current.pages)
+        if current.done + current.failed < total:
+            raise RuntimeError(f"{total - current.done - current.failed} page(s) unrecorded at the end")
+        status = final_status(total, current.failed, self._jobs.max_page_error_rate)
+        error = None
+        if status == FAILED:
+            error = {"code": "too_many_failed_pages", "retryable": False,
+                     "message": f"{current.failed} of {total} pages failed; a job may lose at most "
+                                f"jobs.max_page_error_rate={self._jobs.max_page_error_rate:g} of its pages."}
+        engine = await self._engine_identity()
+        if await asyncio.to_thread(self._store.finish, job.id, self._owner, status, self._jobs.ttl_s, error, engine):
+            self.stats["finished"] += 1
+            logger.info("job %s: %s (%d done, %d failed)", job.id, status, current.done, current.failed)
+
+    async def _rendered(self, job: Job, document: bytes, numbers: list[int]) -> AsyncIterator:
+        """The pages of one chunk as they render. A chunk that fails is retried page by page, so one
+        bad page fails alone; a page that fails alone is retried on retryable errors, then reported."""
+        seen: set[int] = set()
+        try:
+            async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers)):
+                seen.add(payload.page_number)
+                yield payload
+            return
+        except Exception as exc:
+            if len(numbers) == 1:
+                yield await self._render_alone(job, document, numbers[0], exc)
+                return
+        for number in numbers:
+            if number not in seen:
+                async for item in self._rendered(job, document, [number]):
+                    yield item
+
+    async def _render_alone(self, job: Job, document: bytes, number: int, first: Exception):
+        error = to_error(first, job.id)
+        for attempt in range(self._jobs.page_retries):
+            if not error.retryable:
+                break
+            self.stats["page_retries"] += 1
+            await asyncio.sleep(backoff_s(attempt))
+            try:
+                async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number)):
+                    return payload
+            except Exception as exc:
+                error = to_error(exc, job.id)
+        return PageFailure(number, error.body()["error"])
+
+    async def _page(self, job: Job, item, index_of: dict, slots: asyncio.Semaphore) -> None:
+        try:
+            if isinstance(item, PageFailure):
+                number, result, error = item.page_number, None, item.error
+            else:
+                number = item.page_number
+                result, error = await self._read_page(job, item)
+                if result is not None:
+                    result["index"] = index_of[number]
+            await self._record(job.id, number, result, error)
+            self.stats["pages"] += 1
+        finally:
+            slots.release()
+
+    async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
+        """OCR + postprocess, retried on retryable errors (a lost replica, an overloaded stage)."""
+        for attempt in range(self._jobs.page_retries + 1):
+            ocr = self._ocr.infer.remote(payload)
+            response = self._post.process.remote(ocr)
+            try:
+                return await response, None
+            except asyncio.CancelledError:
+                ocr.cancel()
+                response.cancel()
+                raise
+            except Exception as exc:
+                error = to_error(exc, job.id)
+                if not error.retryable or attempt == self._jobs.page_retries:
+                    logger.warning("job %s page %d failed: %s", job.id, payload.page_number, error.code)
+                    return None, error.body()["error"]
+                self.stats["page_retries"] += 1
+                await asyncio.sleep(backoff_s(attempt))
+        raise AssertionError("unreachable")
+
+    async def _record(self, job_id: str, number: int, result: Optional[dict], error: Optional[dict]) -> None:
+        """Write a page's outcome; a store that blinks is tried again rather than losing the page."""
+        for attempt in range(6):
+            try:
+                await asyncio.to_thread(self._store.record_page, job_id, number, result, error)
+                return
+            except Exception:
+                if attempt == 5:
+                    raise
+                logger.warning("job %s page %d: the store did not take the result; trying again", job_id, number)
+                await asyncio.sleep(backoff_s(attempt))
+
+    async def _engine_identity(self) -> Optional[dict]:
+        if self._engine is None:
+            try:
+                info = await self._ocr.info.remote()
+                self._engine = {"name": info["name"], "version": info["version"]}
+            except Exception:
+                return None
+        return self._engine
+
+    def __del__(self):
+        """A runner told to stop hands its leases back, so another runner takes over at once."""
+        for job_id in list(getattr(self, "_active", {})):
+            try:
+                self._store.release(job_id, self._owner)
+            except Exception:
+                pass

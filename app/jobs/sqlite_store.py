@@ -1,0 +1,187 @@
+"""The single-node store: one SQLite file (WAL), shared by every replica on the machine.
+
+Each change is one transaction; `BEGIN IMMEDIATE` takes the write lock up front so that two
+runners claiming at once serialise instead of both reading the same free job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Optional
+
+from app.jobs.model import FINISHED, QUEUED, RUNNING, Job
+from app.jobs.store import JobStore
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, status TEXT NOT NULL, client TEXT NOT NULL, content_type TEXT, filename TEXT,
+    document_sha256 TEXT NOT NULL, pages TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL,
+    finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
+    idempotency_key TEXT);
+CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
+CREATE TABLE IF NOT EXISTS documents (job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS page_results (
+    job_id TEXT NOT NULL, page_number INTEGER NOT NULL, result TEXT, error TEXT,
+    PRIMARY KEY (job_id, page_number));
+CREATE TABLE IF NOT EXISTS idempotency (
+    client TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, PRIMARY KEY (client, key));
+"""
+_COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
+            "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until")
+_UNFINISHED = (QUEUED, RUNNING)
+
+
+class SQLiteJobStore(JobStore):
+    def __init__(self, path: str):
+        if not os.path.isabs(path):
+            raise ValueError(f"jobs.store needs an absolute path (sqlite:///ABSOLUTE/PATH), not {path!r}")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives a process crash
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.executescript(_SCHEMA)
+        try:
+            os.chmod(path, 0o600)  # documents of strangers: readable by the service account only
+        except OSError:
+            pass
+
+    def _transaction(self, work):
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                outcome = work(self._db)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return outcome
+
+    def _query(self, sql: str, params: tuple = ()) -> list:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None) -> tuple[Job, bool]:
+        def work(db):
+            if idempotency_key:
+                row = db.execute("SELECT job_id FROM idempotency WHERE client=? AND key=?",
+                                 (job.client, idempotency_key)).fetchone()
+                if row and db.execute("SELECT 1 FROM jobs WHERE id=?", (row[0],)).fetchone():
+                    return row[0], False
+                db.execute("INSERT OR REPLACE INTO idempotency VALUES (?,?,?)", (job.client, idempotency_key, job.id))
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, idempotency_key) VALUES ({', '.join('?' * 16)})",
+                       (*_row(job), idempotency_key))
+            db.execute("INSERT INTO documents VALUES (?,?)", (job.id, sqlite3.Binary(document)))
+            return job.id, True
+
+        job_id, created = self._transaction(work)
+        return self.get(job_id), created
+
+    def get(self, job_id: str) -> Optional[Job]:
+        rows = self._query(f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE id=?", (job_id,))
+        if not rows:
+            return None
+        job = _job(rows[0])
+        counts = self._query("SELECT COUNT(result), COUNT(error) FROM page_results WHERE job_id=?", (job_id,))[0]
+        job.done, job.failed = counts
+        return job
+
+    def claim(self, owner: str, lease_s: float) -> Optional[Job]:
+        def work(db):
+            now = time.time()
+            row = db.execute("SELECT id FROM jobs WHERE status IN (?,?) AND lease_until < ? ORDER BY created_at LIMIT 1",
+                             (*_UNFINISHED, now)).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE jobs SET owner=?, lease_until=?, status=?, started_at=COALESCE(started_at, ?) "
+                       "WHERE id=?", (owner, now + lease_s, RUNNING, now, row[0]))
+            return row[0]
+
+        job_id = self._transaction(work)
+        return self.get(job_id) if job_id else None
+
+    def renew(self, job_id: str, owner: str, lease_s: float) -> bool:
+        return self._transaction(lambda db: db.execute(
+            "UPDATE jobs SET lease_until=? WHERE id=? AND owner=? AND status=?",
+            (time.time() + lease_s, job_id, owner, RUNNING)).rowcount == 1)
+
+    def release(self, job_id: str, owner: str) -> None:
+        self._transaction(lambda db: db.execute(
+            "UPDATE jobs SET lease_until=0, owner=NULL WHERE id=? AND owner=?", (job_id, owner)))
+
+    def document(self, job_id: str) -> Optional[bytes]:
+        rows = self._query("SELECT data FROM documents WHERE job_id=?", (job_id,))
+        return bytes(rows[0][0]) if rows else None
+
+    def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
+                    error: Optional[dict] = None) -> bool:
+        return self._transaction(lambda db: db.execute(
+            "INSERT OR IGNORE INTO page_results SELECT ?,?,?,? WHERE EXISTS "
+            "(SELECT 1 FROM jobs WHERE id=? AND status IN (?,?))",
+            (job_id, page_number, _dumps(result), _dumps(error), job_id, *_UNFINISHED)).rowcount == 1)
+
+    def recorded_pages(self, job_id: str) -> set[int]:
+        return {row[0] for row in self._query("SELECT page_number FROM page_results WHERE job_id=?", (job_id,))}
+
+    def results(self, job_id: str) -> dict[int, dict]:
+        rows = self._query("SELECT page_number, result, error FROM page_results WHERE job_id=?", (job_id,))
+        return {number: ({"result": json.loads(result)} if result is not None else {"error": json.loads(error)})
+                for number, result, error in rows}
+
+    def finish(self, job_id: str, owner: Optional[str], status: str, ttl_s: float, error: Optional[dict] = None,
+               engine: Optional[dict] = None) -> bool:
+        def work(db):
+            now = time.time()
+            changed = db.execute(
+                "UPDATE jobs SET status=?, finished_at=?, expires_at=?, error=?, engine=?, owner=NULL, lease_until=0 "
+                f"WHERE id=? AND status NOT IN ({', '.join('?' * len(FINISHED))}) AND (? IS NULL OR owner=?)",
+                (status, now, now + ttl_s, _dumps(error), _dumps(engine), job_id, *FINISHED, owner, owner)).rowcount
+            if changed:
+                db.execute("DELETE FROM documents WHERE job_id=?", (job_id,))  # the results are what is kept
+            return changed == 1
+
+        return self._transaction(work)
+
+    def delete(self, job_id: str) -> bool:
+        def work(db):
+            existed = db.execute("DELETE FROM jobs WHERE id=?", (job_id,)).rowcount == 1
+            for table, column in (("documents", "job_id"), ("page_results", "job_id"), ("idempotency", "job_id")):
+                db.execute(f"DELETE FROM {table} WHERE {column}=?", (job_id,))
+            return existed
+
+        return self._transaction(work)
+
+    def purge_expired(self) -> int:
+        expired = [row[0] for row in self._query("SELECT id FROM jobs WHERE expires_at IS NOT NULL AND expires_at < ?",
+                                                 (time.time(),))]
+        return sum(self.delete(job_id) for job_id in expired)
+
+    def ping(self) -> None:
+        self._query("SELECT 1")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _dumps(value) -> Optional[str]:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _row(job: Job) -> tuple:
+    return (job.id, job.status, job.client, job.content_type, job.filename, job.document_sha256,
+            json.dumps(job.pages), job.created_at, job.started_at, job.finished_at, job.expires_at,
+            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until)
+
+
+def _job(row) -> Job:
+    values = dict(zip(_COLUMNS, row))
+    for name in ("pages", "error", "engine"):
+        values[name] = json.loads(values[name]) if values[name] is not None else None
+    values["pages"] = values["pages"] or []
+    return Job(**values)
