@@ -53,7 +53,7 @@ def soak_config(port: int) -> dict:
     app = config["applications"][0]
     args = app["args"]
     # No API keys here: the soak's service listens on 127.0.0.1 only, for this process.
-    for key in ("model_dir", "vlm", "ocr_autoscaling", "auth"):
+    for key in ("model_dir", "vlm", "ocr_autoscaling", "auth", "jobs"):
         args.pop(key, None)
     args.update(engine="ppocr", device="cpu", engine_threads=1, ocr_replicas=OCR_REPLICAS, ocr_num_cpus=0.5,
                 ocr_num_gpus=0)

@@ -106,6 +106,7 @@ def write_config(tmp_path: Path, http_port: int, cpu_only: bool) -> Path:
         app = config["applications"][0]
         app["args"].update(ocr_num_gpus=0, ocr_num_cpus=1, model_dir=str(model_dir))
         app["args"].pop("auth")  # listens on 127.0.0.1 only; test_auth.py covers the keys
+        app["args"].pop("jobs")  # no Redis here; tests/test_jobs_*.py cover the job stores
         app["args"]["ocr_autoscaling"].update(min_replicas=1, max_replicas=2)
         app["args"]["vlm"]["max_new_tokens"] = 8
         for deployment in app["deployments"]:
