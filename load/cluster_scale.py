@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from load.common import free_port  # noqa: E402
 from load.stepload import StepLoad, plot, replica_counts, to_json, window  # noqa: E402
 
 # Two replicas at least, one per node at most: the replicas always span two nodes, so losing
@@ -47,12 +47,6 @@ ARGS = {
     "max_inflight_requests": 12, "max_queued_pages": 8,
 }
 EXPECTED = "scale test 4711"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ocr_placements(serve, want: int, tries: int = 80) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import socket
 import time
 from dataclasses import dataclass
@@ -17,6 +18,28 @@ os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_gu
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = ROOT.parent / "shared" / "eval" / "devset" / "manifest.jsonl"
+
+
+# Below the kernel's ephemeral range (32768-60999 here): Ray's own processes bind ephemeral ports
+# while they start, and once took the port a test had just found free before Serve's proxy bound it.
+_QUIET_PORTS = range(20000, 32000)
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A port free now that no earlier call in this process returned."""
+    for _ in range(200):
+        port = random.choice(_QUIET_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 @dataclass
@@ -51,9 +74,7 @@ def local_service(args: Optional[dict] = None, num_cpus: Optional[int] = None) -
     from app.builder import build_app
     from app.deploy import deploy
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -21,7 +21,6 @@ import argparse
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 
 from load import soak_scenarios as soak  # noqa: E402
+from load.common import free_port  # noqa: E402
 from load.hostile import apng_frame_bomb, damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,9 +231,7 @@ def main() -> int:
 
     from app.deploy import wait_until_running
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = soak_config(port)
     limits = config["applications"][0]["args"]["limits"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import tempfile
 
 import httpx
 import pytest
 from PIL import Image
 
+from load.common import free_port  # noqa: F401 (used by tests)
 from app.synthetic import png_bytes, render_text_page  # noqa: F401 (png_bytes: used by tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,12 +54,6 @@ TEST_ARGS = {
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: 0 if item.get_closest_marker("own_cluster") else 1)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

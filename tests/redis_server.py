@@ -12,11 +12,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from load.common import free_port
 
 
 @contextmanager
@@ -25,7 +21,7 @@ def redis_server(password: str | None = None, port: int | None = None, data_dir:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed: apt-get install redis-server (.ci/run does this)")
-    port = port or _free_port()
+    port = port or free_port()
     directory = data_dir or tempfile.mkdtemp(prefix="ocr-redis-")
     command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--appendonly", "yes",
                "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", f"{directory}/redis.log"]

@@ -34,7 +34,10 @@ def test_bombs_get_their_4xx_within_the_limit_and_harm_nobody(service_url):
     print(report)
     bombs = report["bombs"]
     assert bombs["self-drawing-form-pdf"]["code"] == "document_too_complex"
-    assert "decode_memory_mb" in bombs["self-drawing-form-pdf"]["message"]
+    # Which limit stops the memory bomb first depends on the machine's load: the cap at 640 MiB or the
+    # 5 s clock (CI saw both). tests/test_sandbox.py proves the cap alone with a clock it cannot reach.
+    message = bombs["self-drawing-form-pdf"]["message"]
+    assert "decode_memory_mb" in message or "page_render_timeout_s" in message, message
     assert bombs["fan-out-forms-pdf"]["code"] == "document_too_complex"
     assert "page_render_timeout_s" in bombs["fan-out-forms-pdf"]["message"]
     assert bombs["fan-out-forms-pdf"]["seconds"] < TEST_LIMITS["page_render_timeout_s"] + LIMIT_SLACK_S

@@ -17,18 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from load.common import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.own_cluster  # the fresh install starts its own Ray
 
 RUN_SERVICE = r"""
-import json, socket
+import json, sys
 import httpx, ray
 from ray import serve
 from app.builder import build_app
 from app.deploy import deploy
 from app.synthetic import png_bytes, render_text_page
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+port = int(sys.argv[1])  # chosen by the test, outside the ephemeral range Ray's processes bind from
 ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
 serve.start(http_options={"host": "127.0.0.1", "port": port})
 deploy(build_app({"ocr_replicas": 1}), timeout_s=240)
@@ -66,7 +67,7 @@ def test_wheelhouse_installs_offline_and_runs_the_service(tmp_path):
 
     env = {"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": str(tmp_path), "RAY_USAGE_STATS_ENABLED": "0",
            "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([str(python), "-c", RUN_SERVICE], cwd=tmp_path, env=env, capture_output=True,
+    result = subprocess.run([str(python), "-c", RUN_SERVICE, str(free_port())], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=600)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert result.returncode == 0 and lines, result.stdout[-2000:] + result.stderr[-3000:]
