@@ -1,0 +1,86 @@
+"""A job outlives the whole service: `python -m app` stopped with Ctrl-C mid-job and started again
+on the same data directory goes on from the pages not done and ends with every page once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import free_port
+from tests.test_jobs_api import numbered_pdf
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = 30
+pytestmark = pytest.mark.own_cluster  # each start is a Ray instance of its own, as `make run` is
+
+# Short leases, so that the lease the stopped runner held lapses in seconds after the restart.
+ARGS = {"engine_threads": 1, "ocr_replicas": 2, "jobs": {"lease_s": 3, "max_inflight_pages": 2}}
+
+
+def start_service(config: Path, data_dir: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    command = [sys.executable, "-m", "app", "--port", str(port), "--num-cpus", "4", "--config", str(config),
+               "--data-dir", str(data_dir)]
+    service = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    for line in service.stdout:  # one line when it is ready
+        if "OCR service ready" in line:
+            return service
+    service.wait(timeout=30)
+    pytest.fail(f"python -m app exited ({service.returncode}) before it was ready")
+
+
+def ctrl_c(service: subprocess.Popen) -> None:
+    os.killpg(service.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+    service.wait(timeout=60)
+
+
+def test_a_job_resumes_after_ctrl_c_and_restart(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"applications": [{"args": ARGS}]}))
+    data_dir, port = tmp_path / "data", free_port()
+    url = f"http://127.0.0.1:{port}"
+    document = numbered_pdf(PAGES, "Restart")
+
+    service = start_service(config, data_dir, port)
+    try:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            job = client.post("/v1/jobs", files={"file": ("d.pdf", document, "application/pdf")}).json()
+            deadline = time.monotonic() + 120
+            while (status := client.get(f"/v1/jobs/{job['id']}").json())["pages"]["done"] < 3:
+                assert time.monotonic() < deadline, status
+                time.sleep(0.2)
+        ctrl_c(service)
+    finally:
+        if service.poll() is None:
+            os.killpg(service.pid, signal.SIGKILL)
+    done_before = status["pages"]["done"]
+    assert status["status"] == "running" and done_before < PAGES, status  # stopped mid-job
+
+    service = start_service(config, data_dir, port)
+    try:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            again = client.get(f"/v1/jobs/{job['id']}").json()
+            assert again["pages"]["done"] >= done_before  # what was done before the stop was kept
+            deadline = time.monotonic() + 300
+            while (final := client.get(f"/v1/jobs/{job['id']}", params={"wait": 5}).json())["status"] in (
+                    "queued", "running"):
+                assert time.monotonic() < deadline, final
+            result = client.get(job["result_url"]).json()
+        print(f"stopped at {done_before}/{PAGES} pages; after the restart {again['pages']}; final {final['pages']}")
+        assert final["status"] == "succeeded" and final["pages"] == {"total": PAGES, "done": PAGES, "failed": 0}
+        assert [page["page_number"] for page in result["pages"]] == list(range(1, PAGES + 1))  # each page once
+        for number, page in enumerate(result["pages"], start=1):
+            assert f"Serial {number * 37 + 1000}" in page["text"], (number, page["text"])
+        ctrl_c(service)
+    finally:
+        if service.poll() is None:
+            os.killpg(service.pid, signal.SIGKILL)
