@@ -138,7 +138,8 @@ class Jobs(BaseModel):
         0.004, ge=0, le=1, description="Failed pages at or under this share end a job `partial`; above it, `failed`."
     )
     max_inflight_pages: int = Field(
-        4, ge=1, description="Pages of one job in the graph at once, so one long job cannot starve the rest."
+        2, ge=1, description="Pages of one job in the graph at once, so one long job cannot starve the rest "
+        "(2 keeps synchronous p95 within 3x on a 2-core machine, load/jobs_fairness.py; the fleet file sets 8)."
     )
     runner_replicas: int = Field(1, ge=1, description="JobRunner replicas; each lease is one job on one runner.")
     jobs_per_runner: int = Field(2, ge=1, description="Jobs one runner replica works on at once.")

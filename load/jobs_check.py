@@ -1,0 +1,146 @@
+"""A long job against a running service, checked page by page against synchronous requests.
+
+    make run &                                            # in another terminal: the SQLite store
+    .venv/bin/python load/jobs_check.py --url http://127.0.0.1:8000 --pages 300
+
+Builds a PDF whose every page has its own text (`Archive page N`, `Register N*37+1000`), submits
+it as one job, follows it to the end, then reads each page again through `/v1/ocr?pages=N` and
+compares: the job's text for page N must equal the synchronous text, and hold page N's register
+number. Writes load/results/jobs_check.json (commit, settings, timings, mismatches) and exits
+non-zero unless the job succeeded with every page once and matching. load/jobs_failover.py uses
+the same check after its faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+
+from app.synthetic import render_text_page  # noqa: E402
+from load.common import ROOT  # noqa: E402
+
+
+def register(number: int) -> str:
+    return f"Register {number * 37 + 1000}"
+
+
+def numbered_pdf(pages: int, dpi: int = 100) -> bytes:
+    """Each page its own text, rendered one at a time (300 pages stay a few MB)."""
+    buffer = io.BytesIO()
+    first = render_text_page([f"Archive page 1", register(1)])
+    rest = (render_text_page([f"Archive page {n}", register(n)]) for n in range(2, pages + 1))
+    first.save(buffer, format="PDF", save_all=True, append_images=rest, resolution=dpi)
+    return buffer.getvalue()
+
+
+def submit(http: httpx.Client, document: bytes, key: Optional[str] = None) -> dict:
+    headers = {"Idempotency-Key": key} if key else {}
+    response = http.post("/v1/jobs", files={"file": ("archive.pdf", document, "application/pdf")}, headers=headers)
+    if response.status_code not in (200, 202):
+        raise RuntimeError(f"submit: {response.status_code} {response.text[:300]}")
+    return response.json()
+
+
+def follow(http: httpx.Client, job_id: str, timeout_s: float,
+           on_status: Optional[Callable[[dict], None]] = None) -> dict:
+    """Long-poll the job until it is finished; transport errors (a restarting service) are retried."""
+    deadline = time.monotonic() + timeout_s
+    status: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            response = http.get(f"/v1/jobs/{job_id}", params={"wait": 10})
+        except httpx.HTTPError:
+            time.sleep(1)
+            continue
+        if response.status_code != 200:  # 503 while an application restarts
+            time.sleep(1)
+            continue
+        status = response.json()
+        if on_status:
+            on_status(status)
+        if status["status"] not in ("queued", "running"):
+            return status
+    raise TimeoutError(f"job {job_id} not finished in {timeout_s} s: {status}")
+
+
+def compare(http: httpx.Client, document: bytes, result: dict, pages: int, concurrency: int = 4) -> dict:
+    """Each page of the job's result against a synchronous request for that page."""
+    numbers = [page["page_number"] for page in result["pages"]]
+
+    def sync_text(number: int) -> str:
+        for _ in range(5):
+            response = http.post("/v1/ocr", params={"pages": str(number)},
+                                 files={"file": ("archive.pdf", document, "application/pdf")})
+            if response.status_code == 200:
+                return response.json()["pages"][0]["text"]
+            time.sleep(float(response.headers.get("retry-after", 1)))
+        raise RuntimeError(f"page {number}: {response.status_code} {response.text[:200]}")
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        sync = dict(zip(range(1, pages + 1), pool.map(sync_text, range(1, pages + 1))))
+    mismatched = [page["page_number"] for page in result["pages"]
+                  if page.get("text") != sync.get(page["page_number"])]
+    wrong_text = [page["page_number"] for page in result["pages"]
+                  if register(page["page_number"]) not in (page.get("text") or "")]
+    return {
+        "pages_in_result": len(numbers),
+        "missing": sorted(set(range(1, pages + 1)) - set(numbers)),
+        "duplicated": sorted({n for n in numbers if numbers.count(n) > 1}),
+        "mismatched_with_sync": mismatched,
+        "without_own_register": wrong_text,
+        "ok": numbers == list(range(1, pages + 1)) and not mismatched and not wrong_text,
+    }
+
+
+def commit() -> str:
+    """The commit measured, `-dirty` when the working tree differed from it."""
+    return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--api-key", help="Bearer token, where the service wants one")
+    parser.add_argument("--pages", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--report", default=str(ROOT / "load" / "results" / "jobs_check.json"))
+    options = parser.parse_args()
+    headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
+    document = numbered_pdf(options.pages)
+    with httpx.Client(base_url=options.url, timeout=300, headers=headers) as http:
+        started = time.monotonic()
+        job = submit(http, document)
+        last = [-1]
+
+        def progress(status: dict) -> None:
+            if status["pages"]["done"] != last[0]:
+                last[0] = status["pages"]["done"]
+                print(f"{time.monotonic() - started:7.1f}s  {status['status']:9} {status['pages']}", flush=True)
+
+        final = follow(http, job["id"], options.timeout, progress)
+        job_s = time.monotonic() - started
+        result = http.get(job["result_url"]).json()
+        checked = compare(http, document, result, options.pages)
+    report = {"commit": commit(), "url": options.url, "pages": options.pages, "pdf_bytes": len(document),
+              "job_id": job["id"], "final_status": final["status"], "final_pages": final["pages"],
+              "job_seconds": round(job_s, 1), "pages_per_s": round(options.pages / job_s, 2), **checked}
+    Path(options.report).parent.mkdir(parents=True, exist_ok=True)
+    Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in report.items()}, indent=2))
+    return 0 if final["status"] == "succeeded" and checked["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
