@@ -61,7 +61,10 @@ def backoff_s(attempt: int) -> float:
     return min(0.5 * 2 ** attempt, 8.0)
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=16, health_check_period_s=5,
+# num_cpus 0: the runner only waits, on the store and on the deployments that do the work (render,
+# OCR, layout reserve their own CPUs). With 0.1 the default graph asked for 2.05 CPUs and `make run`
+# on a 2-core machine never scheduled its Ingress.
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16, health_check_period_s=5,
                   graceful_shutdown_timeout_s=5)
 class JobRunner:
     def __init__(self, settings: Settings, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
