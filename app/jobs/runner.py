@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from itertools import groupby
 from typing import AsyncIterator, Optional
 
 from ray import serve
@@ -40,17 +41,8 @@ class PageFailure:
 
 def page_spec(numbers: list[int]) -> str:
     """[1, 2, 3, 7] -> '1-3,7': the `pages` parameter the Preprocessor understands."""
-    parts, start, prev = [], None, None
-    for number in numbers:
-        if start is not None and number == prev + 1:
-            prev = number
-            continue
-        if start is not None:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = number
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(parts)
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(numbers), key=lambda item: item[1] - item[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 def chunked(numbers: list[int], size: int) -> list[list[int]]:
@@ -61,9 +53,8 @@ def backoff_s(attempt: int) -> float:
     return min(0.5 * 2 ** attempt, 8.0)
 
 
-# num_cpus 0: the runner only waits, on the store and on the deployments that do the work (render,
-# OCR, layout reserve their own CPUs). With 0.1 the default graph asked for 2.05 CPUs and `make run`
-# on a 2-core machine never scheduled its Ingress.
+# num_cpus 0: the runner only waits, on the store and on deployments that reserve their own CPUs
+# (at 0.1 the default graph asked for 2.05, and `make run` on 2 cores never scheduled its Ingress).
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16, health_check_period_s=5,
                   graceful_shutdown_timeout_s=5)
 class JobRunner:
