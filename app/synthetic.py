@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Iterable
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -33,4 +34,12 @@ def render_text_page(
 def png_bytes(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def pdf_bytes(images: Iterable[Image.Image], dpi: int = 100) -> bytes:
+    """A PDF of the pages; a generator is drawn one page at a time (long documents stay small)."""
+    pages = iter(images)
+    buffer = io.BytesIO()
+    next(pages).save(buffer, format="PDF", save_all=True, append_images=pages, resolution=dpi)
     return buffer.getvalue()

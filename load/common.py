@@ -7,10 +7,11 @@ import json
 import os
 import random
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -41,6 +42,34 @@ def free_port() -> int:
         return port
     raise RuntimeError("no free port in 20000-32000")
 
+
+
+def commit() -> str:
+    """The commit measured, `-dirty` when the working tree differed from it."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def add_report_options(parser, default_name: str) -> None:
+    """--report (where the raw JSON goes) and --render (print a report's README rows and exit)."""
+    parser.add_argument("--report", default=str(ROOT / "load" / "results" / default_name))
+    parser.add_argument("--render", metavar="JSON", help="print the README rows of a report and exit")
+
+
+def measure_or_render(options, measure: Callable[[], dict], render: Callable[[dict], str],
+                      passed: Callable[[dict], bool]) -> int:
+    """Render a stored report, or measure, write the raw JSON and print its rows; 1 if it did not pass."""
+    if options.render:
+        print(render(json.loads(Path(options.render).read_text())))
+        return 0
+    report = measure()
+    Path(options.report).parent.mkdir(parents=True, exist_ok=True)
+    Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
+    print(render(report))
+    return 0 if passed(report) else 1
 
 @dataclass
 class Sample:

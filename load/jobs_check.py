@@ -14,9 +14,6 @@ the same check after its faults.
 from __future__ import annotations
 
 import argparse
-import io
-import json
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from app.synthetic import render_text_page  # noqa: E402
-from load.common import ROOT  # noqa: E402
+from app.synthetic import pdf_bytes, render_text_page  # noqa: E402
+from load.common import add_report_options, commit, measure_or_render  # noqa: E402
 
 
 def register(number: int) -> str:
@@ -44,11 +41,7 @@ def own_text(page: dict) -> bool:
 
 def numbered_pdf(pages: int, dpi: int = 100) -> bytes:
     """Each page its own text, rendered one at a time (300 pages stay a few MB)."""
-    buffer = io.BytesIO()
-    first = render_text_page([f"Archive page 1", register(1)])
-    rest = (render_text_page([f"Archive page {n}", register(n)]) for n in range(2, pages + 1))
-    first.save(buffer, format="PDF", save_all=True, append_images=rest, resolution=dpi)
-    return buffer.getvalue()
+    return pdf_bytes((render_text_page([f"Archive page {n}", register(n)]) for n in range(1, pages + 1)), dpi)
 
 
 def submit(http: httpx.Client, document: bytes, key: Optional[str] = None) -> dict:
@@ -109,11 +102,6 @@ def compare(http: httpx.Client, document: bytes, result: dict, pages: int, concu
     }
 
 
-def commit() -> str:
-    """The commit measured, `-dirty` when the working tree differed from it."""
-    return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
-
 
 def render(report: dict) -> str:
     """The README's row for a report."""
@@ -125,18 +113,7 @@ def render(report: dict) -> str:
             f"without their own text | `load/jobs_check.py --pages {report['pages']}` against `make run` |")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--api-key", help="Bearer token, where the service wants one")
-    parser.add_argument("--pages", type=int, default=300)
-    parser.add_argument("--timeout", type=float, default=3600)
-    parser.add_argument("--report", default=str(ROOT / "load" / "results" / "jobs_check.json"))
-    parser.add_argument("--render", metavar="JSON", help="print the README row of a report and exit")
-    options = parser.parse_args()
-    if options.render:
-        print(render(json.loads(Path(options.render).read_text())))
-        return 0
+def check(options) -> dict:
     headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else {}
     document = numbered_pdf(options.pages)
     with httpx.Client(base_url=options.url, timeout=300, headers=headers) as http:
@@ -153,14 +130,21 @@ def main() -> int:
         job_s = time.monotonic() - started
         result = http.get(job["result_url"]).json()
         checked = compare(http, document, result, options.pages)
-    report = {"commit": commit(), "url": options.url, "pages": options.pages, "pdf_bytes": len(document),
-              "job_id": job["id"], "final_status": final["status"], "final_pages": final["pages"],
-              "job_seconds": round(job_s, 1), "pages_per_s": round(options.pages / job_s, 2), **checked}
-    Path(options.report).parent.mkdir(parents=True, exist_ok=True)
-    Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in report.items()}, indent=2))
-    return 0 if final["status"] == "succeeded" and checked["ok"] else 1
+    return {"commit": commit(), "url": options.url, "pages": options.pages, "pdf_bytes": len(document),
+            "job_id": job["id"], "final_status": final["status"], "final_pages": final["pages"],
+            "job_seconds": round(job_s, 1), "pages_per_s": round(options.pages / job_s, 2), **checked}
 
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--api-key", help="Bearer token, where the service wants one")
+    parser.add_argument("--pages", type=int, default=300)
+    parser.add_argument("--timeout", type=float, default=3600)
+    add_report_options(parser, "jobs_check.json")
+    options = parser.parse_args()
+    return measure_or_render(options, lambda: check(options), render,
+                             lambda report: report["final_status"] == "succeeded" and report["ok"])
 
 if __name__ == "__main__":
     sys.exit(main())

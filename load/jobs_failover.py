@@ -29,12 +29,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ["RAY_AUTH_MODE"] = "disabled"  # a throwaway cluster on 127.0.0.1; the CLI talks to it without a token
-from load.common import ROOT, free_port  # noqa: E402  (sets the offline and proxy-guard variables first)
+from load.common import ROOT, add_report_options, commit, free_port, measure_or_render  # noqa: E402  (sets the offline and proxy-guard variables first)
 
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from load.jobs_check import commit, compare, follow, numbered_pdf, submit  # noqa: E402
+from load.jobs_check import compare, follow, numbered_pdf, submit  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -191,16 +191,9 @@ def render(report: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=40)
-    parser.add_argument("--report", default=str(ROOT / "load" / "results" / "jobs_failover.json"))
-    parser.add_argument("--render", metavar="JSON", help="print the README rows of a report and exit")
+    add_report_options(parser, "jobs_failover.json")
     options = parser.parse_args()
-    if options.render:
-        print(render(json.loads(Path(options.render).read_text())))
-        return 0
-    report = run(options)
-    Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return 0 if report["ok"] else 1
+    return measure_or_render(options, lambda: run(options), render, lambda report: report["ok"])
 
 
 if __name__ == "__main__":

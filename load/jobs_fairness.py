@@ -27,13 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import ROOT, local_service  # noqa: E402
-from load.jobs_check import commit  # noqa: E402
+from load.common import add_report_options, commit, local_service, measure_or_render  # noqa: E402
 
 import httpx  # noqa: E402
 
 from app.config import Jobs  # noqa: E402
-from app.synthetic import png_bytes, render_text_page  # noqa: E402
+from app.synthetic import pdf_bytes, png_bytes, render_text_page  # noqa: E402
 
 
 LEASE_S = 3
@@ -46,13 +45,8 @@ def settings(max_inflight_pages: int) -> dict:
 
 
 def long_pdf(pages: int) -> bytes:
-    import io
-
-    images = [render_text_page([f"Archive page {n}", f"Register {n * 13}", "Lorem ipsum dolor sit amet"])
-              for n in range(1, pages + 1)]
-    buffer = io.BytesIO()
-    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=100)
-    return buffer.getvalue()
+    return pdf_bytes(render_text_page([f"Archive page {n}", f"Register {n * 13}", "Lorem ipsum dolor sit amet"])
+                     for n in range(1, pages + 1))
 
 
 def flood(url: str, page: bytes, rate: float, seconds: float) -> dict:
@@ -192,16 +186,9 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=200)
     parser.add_argument("--max-inflight-pages", type=lambda text: [int(v) for v in text.split(",")],
                         default=[1, 2, 4], help="values to measure, one service each (default 1,2,4)")
-    parser.add_argument("--report", default=str(ROOT / "load" / "results" / "jobs_fairness.json"))
-    parser.add_argument("--render", metavar="JSON", help="print the README table of a report and exit")
+    add_report_options(parser, "jobs_fairness.json")
     options = parser.parse_args()
-    if options.render:
-        print(render(json.loads(Path(options.render).read_text())))
-        return 0
-    report = run(options)
-    Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
-    print(render(report))
-    return 0 if report["within_3x_at_default"] else 1
+    return measure_or_render(options, lambda: run(options), render, lambda report: report["within_3x_at_default"])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 
 from load import soak_scenarios as soak  # noqa: E402
-from load.common import free_port  # noqa: E402
+from load.common import commit, free_port  # noqa: E402
 from load.hostile import apng_frame_bomb, damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,13 +202,6 @@ def markdown(report: dict) -> str:
     lines += [f"| {name} | {'PASS' if ok else 'FAIL'} |" for name, ok in checks.items()]
     return "\n".join(lines)
 
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> int:

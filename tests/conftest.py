@@ -8,16 +8,14 @@ session's Ray exists, so the two never compete for the machine.
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 
 import httpx
 import pytest
-from PIL import Image
 
 from load.common import free_port  # noqa: F401 (used by tests)
-from app.synthetic import png_bytes, render_text_page  # noqa: F401 (png_bytes: used by tests)
+from app.synthetic import pdf_bytes, png_bytes, render_text_page  # noqa: F401 (pdf_bytes, png_bytes: used by tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -85,12 +83,6 @@ def service_url(ray_session) -> str:
 def client(service_url):
     with httpx.Client(base_url=service_url, timeout=120) as http:
         yield http
-
-
-def pdf_bytes(images: list[Image.Image]) -> bytes:
-    buffer = io.BytesIO()
-    images[0].save(buffer, format="PDF", save_all=True, append_images=images[1:], resolution=100)
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="session")
