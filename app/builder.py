@@ -86,11 +86,18 @@ def ocr_scaling_options(settings: Settings) -> dict:
     return options | {"autoscaling_config": config}
 
 
+def logging_config(settings: Settings) -> dict:
+    """Serve's per-deployment logging: JSON lines when asked; text (Serve's own format) by default."""
+    return {"encoding": settings.logging.format.upper(), "log_level": settings.logging.level}
+
+
 def build_app(args: dict | None = None) -> Application:
     settings = Settings.model_validate(args or {})
     if ray.is_initialized():
         wait_for_gpu_capacity(settings, lambda: ray.cluster_resources().get("GPU", 0.0))
+    logs = logging_config(settings)
     ocr_model = OCRModel.options(
+        logging_config=logs,
         ray_actor_options={"num_cpus": settings.ocr_num_cpus, "num_gpus": settings.ocr_num_gpus},
         user_config=settings.batching.model_dump(),
         max_queued_requests=settings.max_queued_pages,
@@ -99,11 +106,12 @@ def build_app(args: dict | None = None) -> Application:
     # Room above the admission limit so that excess requests reach the ingress and get its
     # JSON 503; past that the proxy itself answers 503 (plain text) instead of queueing more.
     ingress = Ingress.options(
-        max_ongoing_requests=settings.max_inflight_requests + 32, max_queued_requests=64
+        max_ongoing_requests=settings.max_inflight_requests + 32, max_queued_requests=64, logging_config=logs
     )
-    preprocessor, postprocessor = Preprocessor.bind(settings), Postprocessor.bind()
+    preprocessor = Preprocessor.options(logging_config=logs).bind(settings)
+    postprocessor = Postprocessor.options(logging_config=logs).bind()
     runner = None
     if settings.jobs.store:
-        runner = JobRunner.options(num_replicas=settings.jobs.runner_replicas).bind(
+        runner = JobRunner.options(num_replicas=settings.jobs.runner_replicas, logging_config=logs).bind(
             settings, preprocessor, ocr_model, postprocessor)
     return ingress.bind(settings, preprocessor, ocr_model, postprocessor, runner)

@@ -149,6 +149,17 @@ class Jobs(BaseModel):
     poll_s: float = Field(1.0, gt=0, description="How often an idle runner looks for queued jobs.")
 
 
+class Logging(BaseModel):
+    """How every deployment of the application logs (Serve's logging_config, set by the builder)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object a line, with request fields under `ocr` (app/request_log.py)."
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
 class Settings(BaseModel):
     """The application's configuration (`applications[].args` in serve_config.yaml)."""
 
@@ -194,6 +205,7 @@ class Settings(BaseModel):
     auth: Auth = Field(default_factory=Auth)
     jobs: Jobs = Field(default_factory=Jobs)
     readiness: Readiness = Field(default_factory=Readiness)
+    logging: Logging = Field(default_factory=Logging)
     gpu_wait_timeout_s: float = Field(
         600.0, ge=0, description="How long the builder waits for the GPUs the OCR replicas need to join the cluster."
     )

@@ -9,7 +9,6 @@ back through the ingress. This is the one error boundary: every failure leaves a
 import asyncio
 import logging
 import time
-import uuid
 from typing import Optional
 
 from fastapi import FastAPI, Request
@@ -24,8 +23,9 @@ from app.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
 from app.errors import OCRServiceError, RequestTimeout, ServiceUnavailable, to_error
 from app.jobs.routes import JobRoutes
-from app.proxy_guard import safe_request_id
+from app import metrics
 from app.readiness import ReadinessCache, missing_stages, running_replicas
+from app.request_log import RequestLog, log_fields, request_id_of, stage_totals
 from app.retry import retry_on_replica_loss
 from app.uploads import read_upload
 
@@ -35,6 +35,7 @@ api = FastAPI(title="Offline OCR service", version=__version__)
 # The keys of this process's ingress replica (one replica per process); None: the API is open.
 _keyring: Optional[KeyRing] = None
 api.add_middleware(APIKeyMiddleware, keyring=lambda: _keyring)
+api.add_middleware(RequestLog)  # added last: outermost, so it sees 401s too
 
 
 @api.exception_handler(Exception)
@@ -60,13 +61,12 @@ def error_response(error: OCRServiceError, request_id: Optional[str] = None) -> 
     body = error.body()
     if request_id:
         body["error"]["request_id"] = request_id  # the key to the log line with the full detail
-        headers["X-Request-ID"] = request_id
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
 def _request_id(request: Request) -> str:
-    """The client's X-Request-ID when it is a plain token, else a fresh one (it goes into logs and headers)."""
-    return safe_request_id(request.headers.get("x-request-id")) or uuid.uuid4().hex
+    """The id RequestLog fixed for this request (Serve's, so that every deployment logs it)."""
+    return getattr(request.state, "request_id", None) or request_id_of(request.scope)
 
 
 # An ingress replica told to stop holds whole requests: give a long document time to finish.
@@ -97,53 +97,55 @@ class Ingress:
     async def ocr(self, request: Request) -> JSONResponse:
         started = time.perf_counter()
         request_id = _request_id(request)
-        logger.info("request %s from client %s", request_id, getattr(request.state, "api_client", "-"))
         try:
             # The body first, under a deadline: a client that stalls mid-upload holds no
             # admission slot, so stalled connections cannot turn good requests away.
             limits = self._settings.limits
             upload = await asyncio.wait_for(read_upload(request, limits.max_upload_bytes), limits.upload_read_timeout_s)
         except asyncio.TimeoutError:
-            return self._failed(request_id, RequestTimeout(
+            return self._failed(request_id, request, RequestTimeout(
                 f"The request body did not arrive within limits.upload_read_timeout_s="
                 f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1))
         except Exception as exc:
-            return self._failed(request_id, exc)
+            return self._failed(request_id, request, exc)
         if self._inflight >= self._settings.max_inflight_requests:
             # Admission control: a bounded amount of work per replica; the rest is told to retry.
-            return self._failed(request_id, ServiceUnavailable(
+            return self._failed(request_id, request, ServiceUnavailable(
                 "The service is at capacity; retry later.", code="overloaded", retry_after_s=2))
         self._inflight += 1
         try:
-            return await self._ocr_request(request_id, upload, started)
+            return await self._ocr_request(request, request_id, upload, started)
         finally:
             self._inflight -= 1
 
     @staticmethod
-    def _failed(request_id: str, exc: BaseException) -> JSONResponse:
+    def _failed(request_id: str, request: Request, exc: BaseException) -> JSONResponse:
         error = to_error(exc, request_id)
-        logger.info("request %s failed: %s %s", request_id, error.status, error.code)
+        log_fields(request)["error"] = error.code  # into the request's one log line (app/request_log.py)
         return error_response(error, request_id)
 
-    async def _ocr_request(self, request_id: str, upload, started: float) -> JSONResponse:
-        read_ms = (time.perf_counter() - started) * 1000
+    async def _ocr_request(self, request: Request, request_id: str, upload, started: float) -> JSONResponse:
+        read_s = time.perf_counter() - started
+        metrics.stage("read_upload", read_s)
+        log_fields(request)["bytes"] = len(upload.data)
         try:
             pages = await self._run_pipeline(request_id, upload)
             engine = await self._engine_identity()
         except Exception as exc:
-            return self._failed(request_id, exc)
-        total_ms = (time.perf_counter() - started) * 1000
-        logger.info("request %s: %d page(s) in %.0f ms", request_id, len(pages), total_ms)
+            return self._failed(request_id, request, exc)
+        total_s = time.perf_counter() - started
+        metrics.stage("total", total_s)
+        log_fields(request).update(pages=len(pages), engine=engine["name"], model_version=engine["version"],
+                                        stages_ms=stage_totals(pages, read_s))
         return JSONResponse(
             {
                 "id": request_id,
                 "engine": engine,
                 "pages": pages,
                 "text": "\n\n".join(page["text"] for page in pages),
-                "timings_ms": {"read_upload": round(read_ms, 1), "total": round(total_ms, 1)},
+                "timings_ms": {"read_upload": round(read_s * 1000, 1), "total": round(total_s * 1000, 1)},
             },
-            headers={"X-Request-ID": request_id},
-        )
+        )  # Serve's proxy puts X-Request-ID on every answer
 
     async def _run_pipeline(self, request_id: str, upload) -> list[dict]:
         """Dispatch each page onward as soon as the preprocessor yields it; gather in page order.
@@ -211,7 +213,7 @@ class Ingress:
         try:
             return await route(request, request_id, *args)
         except Exception as exc:
-            return self._failed(request_id, exc)
+            return self._failed(request_id, request, exc)
 
     async def _engine_identity(self) -> dict:
         if self._engine is None:

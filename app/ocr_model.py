@@ -17,6 +17,7 @@ from typing import Optional
 import ray
 from ray import serve
 
+from app import metrics
 from app.config import BatchConfig, Settings
 from app.documents import decode_png
 from app.engines import build_engine
@@ -73,6 +74,38 @@ def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
         return len(pages)
 
 
+@dataclasses.dataclass
+class Queued:
+    """A page in the batcher, with when it arrived: its wait is the `queue_wait` stage."""
+
+    page: PagePayload
+    since: float = dataclasses.field(default_factory=time.perf_counter)
+    started: bool = False
+
+    @property
+    def pixels(self) -> int:
+        return self.page.pixels
+
+
+def record_batch_metrics(engine: str, pages: list[PagePayload], outcomes: list, engine_ms: float,
+                         max_batch_pixels: int, gpu: Optional[dict]) -> None:
+    """Page outcomes, invalid reasons, error codes, batch size and fill of one engine call."""
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            metrics.inc("ocr_pages_total", engine=engine, outcome="failed")
+            metrics.inc("ocr_engine_errors_total", code=getattr(outcome, "code", "internal_error"))
+        elif not outcome.result.valid:
+            metrics.inc("ocr_pages_total", engine=engine, outcome="invalid")
+            metrics.inc("ocr_invalid_pages_total",
+                        reason=metrics.invalid_reason(outcome.result.notes, outcome.result.finish_reason))
+        else:
+            metrics.inc("ocr_pages_total", engine=engine, outcome="ok")
+    metrics.stage("engine", engine_ms / 1000)
+    metrics.observe("ocr_batch_pages", len(pages))
+    metrics.observe("ocr_batch_fill_ratio", min(1.0, sum(p.pixels for p in pages) / max_batch_pixels))
+    metrics.gpu_gauges(gpu)
+
+
 # graceful_shutdown_timeout_s: a replica told to stop finishes the pages it holds; a VLM page at
 # max_new_tokens on a busy GPU can take tens of seconds. health_check_period_s: the controller
 # notices a killed replica at its next health check; at 10 s a replacement took up to 15 s.
@@ -92,6 +125,9 @@ class OCRModel:
         self._config: Optional[BatchConfig] = None
         self._batcher = None
         self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
+        self._waiting = 0  # pages in the batcher not yet in a batch: the ocr_queue_pages gauge
+        if settings.ocr_autoscaling:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
+            metrics.set_gauge("ocr_replicas_max", settings.ocr_autoscaling.max_replicas)
         self.reconfigure(settings.batching.model_dump())
 
     def reconfigure(self, user_config: dict) -> None:
@@ -133,16 +169,33 @@ class OCRModel:
         return clamped
 
     async def infer(self, page: PagePayload) -> PageOCR:
-        outcome = await self._batcher(page)
+        queued = Queued(page)
+        self._queue_changed(+1)
+        try:
+            outcome = await self._batcher(queued)
+        finally:
+            if not queued.started:  # cancelled while waiting
+                self._queue_changed(-1)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    async def _run_batch(self, pages: list[PagePayload]) -> list:
-        return await asyncio.to_thread(self._infer_batch, pages)
+    def _queue_changed(self, pages: int) -> None:
+        self._waiting += pages
+        metrics.set_gauge("ocr_queue_pages", self._waiting)
 
-    def _infer_batch(self, pages: list[PagePayload]) -> list:
+    async def _run_batch(self, batch: list[Queued]) -> list:
+        now = time.perf_counter()
+        for queued in batch:
+            queued.started = True
+            metrics.stage("queue_wait", now - queued.since)
+        self._queue_changed(-len(batch))
+        waits_ms = [round((now - queued.since) * 1000, 1) for queued in batch]
+        return await asyncio.to_thread(self._infer_batch, [queued.page for queued in batch], waits_ms)
+
+    def _infer_batch(self, pages: list[PagePayload], waits_ms: Optional[list] = None) -> list:
         """One result or one exception per page: a bad page never fails its batch-mates."""
+        waits_ms = waits_ms or [0.0] * len(pages)
         start = time.perf_counter()
         images, outcomes = [], [None] * len(pages)
         for i, page in enumerate(pages):
@@ -164,7 +217,8 @@ class OCRModel:
                 result=result,
                 batch_size=len(pages),
                 batch_pixels=batch_pixels,
-                timings_ms={"ocr_decode": round(decode_ms, 1), "engine_batch": round(engine_ms, 1)},
+                timings_ms={"queue_wait": waits_ms[i], "ocr_decode": round(decode_ms, 1),
+                            "engine_batch": round(engine_ms, 1)},
             )
         self._record(pages, outcomes, engine_ms)
         release_freed_memory()
@@ -195,12 +249,13 @@ class OCRModel:
         self._stats["pages"] += len(pages)
         self._stats["max_batch_size"] = max(self._stats["max_batch_size"], len(pages))
         self._stats["failed_pages"] += sum(isinstance(o, BaseException) for o in outcomes)
-        logger.info(
-            "batch model=%s pages=%d sizes=%s engine_ms=%.0f peak_gpu_mib=%s gpu=%s requests=%s",
-            self._engine.info.version, len(pages), [f"{p.width}x{p.height}" for p in pages], engine_ms,
-            getattr(self._engine, "last_peak_memory_mib", None), gpu_snapshot(self._gpu_id),
-            sorted({p.request_id for p in pages}),
-        )
+        gpu = gpu_snapshot(self._gpu_id)
+        record_batch_metrics(self._engine.info.name, pages, outcomes, engine_ms, self._config.max_batch_pixels, gpu)
+        fields = {"model": self._engine.info.version, "pages": len(pages),
+                  "sizes": [f"{p.width}x{p.height}" for p in pages], "engine_ms": round(engine_ms, 1),
+                  "peak_gpu_mib": getattr(self._engine, "last_peak_memory_mib", None), "gpu": gpu,
+                  "request_ids": sorted({p.request_id for p in pages})}
+        logger.info("batch %s", " ".join(f"{key}={value}" for key, value in fields.items()), extra={"ocr": fields})
 
     def info(self) -> dict:
         context = ray.get_runtime_context()
@@ -223,3 +278,5 @@ class OCRModel:
 
     def check_health(self) -> None:
         self._engine.check_health()
+        if self._gpu_id is not None:  # every health check (3 s): the GPU gauges stay fresh when idle
+            metrics.gpu_gauges(gpu_snapshot(self._gpu_id))

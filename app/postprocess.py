@@ -7,6 +7,7 @@ import time
 
 from ray import serve
 
+from app import metrics
 from app.layout import box_from_quad, page_markdown, page_text, paragraphs, reading_order
 from app.schemas import PageOCR
 
@@ -63,4 +64,6 @@ def clean_engine_markdown(markdown: str) -> str:
 @serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
 class Postprocessor:
     async def process(self, ocr: PageOCR) -> dict:
-        return await asyncio.to_thread(build_page_result, ocr)
+        result = await asyncio.to_thread(build_page_result, ocr)
+        metrics.stage("postprocess", result["timings_ms"]["postprocess"] / 1000)
+        return result

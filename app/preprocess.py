@@ -12,10 +12,17 @@ from typing import AsyncIterator, Optional
 
 from ray import serve
 
+from app import metrics
 from app.config import Settings
 from app.engines import input_budget
 from app.sandbox import DecodeSandbox, RenderedPage
 from app.schemas import PagePayload
+
+
+def record_stages(page: RenderedPage) -> None:
+    """A PDF page is rasterised (`render`); an image is decoded (`decode`). Both are `decode` in timings_ms."""
+    metrics.stage("render" if page.dpi else "decode", page.decode_ms / 1000)
+    metrics.stage("resize_encode", page.resize_encode_ms / 1000)
 
 
 def to_payload(page: RenderedPage, index: int, request_id: str) -> PagePayload:
@@ -46,6 +53,7 @@ class Preprocessor:
         """Yield one payload per page, in document order. Bad input raises a 4xx error before any page."""
         index = 0
         async for page in self._sandbox.pages(data, content_type, pages, label=f"request {request_id}"):
+            record_stages(page)
             yield to_payload(page, index, request_id)
             index += 1
 

@@ -150,3 +150,14 @@ def test_a_store_url_of_another_kind_is_refused_at_validation():
 
     with pytest.raises(ValidationError, match="sqlite:///ABSOLUTE/PATH or redis://"):
         Settings.model_validate({"jobs": {"store": "postgres://db/jobs"}})
+
+
+def test_unfinished_counts_follow_claims_finishes_and_deletes(store):
+    assert store.unfinished_counts() == {"queued": 0, "running": 0}
+    jobs = [store.create(new_job(pages=[1]), b"doc")[0] for _ in range(3)]
+    assert store.unfinished_counts() == {"queued": 3, "running": 0}
+    claimed = store.claim("runner-a", 30)
+    assert store.unfinished_counts() == {"queued": 2, "running": 1}
+    assert store.finish(claimed.id, "runner-a", "succeeded", ttl_s=60)
+    assert store.delete(next(job.id for job in jobs if job.id != claimed.id))
+    assert store.unfinished_counts() == {"queued": 1, "running": 0}  # finished and deleted jobs leave it

@@ -41,6 +41,15 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 499)) do
 end
 return false
 """
+# KEYS: queue. ARGV: prefix. {queued, running} over the unfinished jobs, in one round trip.
+_COUNT = """
+local queued, running = 0, 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local s = redis.call('HGET', ARGV[1] .. 'job:' .. id, 'status')
+  if s == 'queued' then queued = queued + 1 elseif s == 'running' then running = running + 1 end
+end
+return {queued, running}
+"""
 # KEYS: job. ARGV: owner, lease_s.
 _RENEW = """
 local s = redis.call('HMGET', KEYS[1], 'status', 'owner')
@@ -90,8 +99,8 @@ class RedisJobStore(JobStore):
         if require_aof and str(self._redis.info("persistence").get("aof_enabled")) != "1":
             raise RuntimeError("The Redis at jobs.store has appendonly off: a restart of it would lose accepted jobs. "
                                "Start it with --appendonly yes (or set jobs.require_aof: false).")
-        self._claim, self._renew, self._release, self._record, self._finish = (
-            self._redis.register_script(source) for source in (_CLAIM, _RENEW, _RELEASE, _RECORD, _FINISH))
+        self._claim, self._renew, self._release, self._record, self._finish, self._count = (
+            self._redis.register_script(source) for source in (_CLAIM, _RENEW, _RELEASE, _RECORD, _FINISH, _COUNT))
 
     @staticmethod
     def _key(kind: str, job_id: str) -> str:
@@ -182,6 +191,10 @@ class RedisJobStore(JobStore):
         pipe.zrem(f"{PREFIX}queue", job_id)
         existed, _ = pipe.execute()
         return existed > 0
+
+    def unfinished_counts(self) -> dict[str, int]:
+        counts = self._count(keys=[f"{PREFIX}queue"], args=[PREFIX])
+        return {"queued": int(counts[0]), "running": int(counts[1])}
 
     def purge_expired(self) -> int:
         return 0  # finished jobs carry a TTL on every key: Redis deletes them itself

@@ -77,7 +77,7 @@ class JobRoutes:
             self._runner.wake.remote()  # fire and forget: the runners poll anyway
         body = status_body(stored, self._base)
         return JSONResponse(body, status_code=202 if created else 200,
-                            headers={"Location": body["status_url"], "X-Request-ID": request_id})
+                            headers={"Location": body["status_url"]})
 
     async def _job(self, request: Request, job_id: str) -> Job:
         store = self._require_store()

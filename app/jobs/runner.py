@@ -22,6 +22,7 @@ from typing import AsyncIterator, Optional
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from app import metrics
 from app.config import Settings
 from app.errors import to_error
 from app.jobs.model import FAILED, Job, final_status
@@ -88,7 +89,7 @@ class JobRunner:
 
     async def check_health(self) -> None:
         self._ensure_loop()
-        await asyncio.to_thread(self._store.ping)
+        metrics.jobs_gauge(await asyncio.to_thread(self._store.unfinished_counts))  # a store query: also the ping
 
     async def wake(self) -> None:
         """Called by the ingress when it queues a job, so that it starts without waiting for the poll."""
@@ -197,6 +198,7 @@ class JobRunner:
         engine = await self._engine_identity()
         if await asyncio.to_thread(self._store.finish, job.id, self._owner, status, self._jobs.ttl_s, error, engine):
             self.stats["finished"] += 1
+            metrics.inc("ocr_jobs_finished_total", status=status)
             logger.info("job %s: %s (%d done, %d failed)", job.id, status, current.done, current.failed)
 
     async def _rendered(self, job: Job, document: bytes, numbers: list[int]) -> AsyncIterator:
@@ -269,7 +271,8 @@ class JobRunner:
         """Write a page's outcome; a store that blinks is tried again rather than losing the page."""
         for attempt in range(6):
             try:
-                await asyncio.to_thread(self._store.record_page, job_id, number, result, error)
+                if await asyncio.to_thread(self._store.record_page, job_id, number, result, error):
+                    metrics.inc("ocr_job_pages_total", outcome="failed" if error else "ok")
                 return
             except Exception:
                 if attempt == 5:

@@ -128,6 +128,10 @@ class SQLiteJobStore(JobStore):
     def recorded_pages(self, job_id: str) -> set[int]:
         return {row[0] for row in self._query("SELECT page_number FROM page_results WHERE job_id=?", (job_id,))}
 
+    def unfinished_counts(self) -> dict[str, int]:
+        rows = self._query("SELECT status, COUNT(*) FROM jobs WHERE status IN (?,?) GROUP BY status", _UNFINISHED)
+        return {status: 0 for status in _UNFINISHED} | dict(rows)
+
     def results(self, job_id: str) -> dict[int, dict]:
         rows = self._query("SELECT page_number, result, error FROM page_results WHERE job_id=?", (job_id,))
         return {number: ({"result": json.loads(result)} if result is not None else {"error": json.loads(error)})

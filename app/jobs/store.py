@@ -71,6 +71,10 @@ class JobStore(abc.ABC):
         """Delete finished jobs past their expiry; how many went."""
 
     @abc.abstractmethod
+    def unfinished_counts(self) -> dict[str, int]:
+        """{"queued": n, "running": m}: the jobs not yet ended (the ocr_jobs gauge)."""
+
+    @abc.abstractmethod
     def ping(self) -> None:
         """Raise if the store cannot be reached."""
 
