@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: run test soak install install-test accuracy bench scale clean
+.PHONY: run status test soak install install-test accuracy bench scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ install-test: $(VENV)/.installed-test
 
 run: install
 	$(BIN)/python -m app --port $(PORT)
+
+# What `make run` serves, as Serve sees it (its Ray instance has token auth on, dashboard on loopback).
+status:
+	RAY_AUTH_MODE=token $(BIN)/serve status -a http://127.0.0.1:8265
 
 test: install-test
 	$(BIN)/python -m pytest -v -rs $(PYTEST_ARGS)

@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs for the local Ray instance (default: detect)")
     parser.add_argument("--data-dir", default="data",
                         help="where jobs are kept (jobs.store sqlite:///DATA_DIR/jobs.sqlite3) unless the config names a store")
+    parser.add_argument("--metrics-port", type=int, default=8080,
+                        help="Ray's metrics export port: Prometheus scrapes http://HOST:PORT/metrics")
+    parser.add_argument("--dashboard-port", type=int, default=8265,
+                        help="the Ray dashboard, on 127.0.0.1 only (what `serve status` talks to)")
+    parser.add_argument("--temp-dir", default=None,
+                        help="Ray's temp dir (default /tmp/ray): its logs, and the file Prometheus discovers nodes by")
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--stop-timeout", type=float, default=3.0,
                         help="seconds in-flight requests get to finish on Ctrl-C before Ray is stopped")
@@ -69,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     from app.builder import build_app
     from app.deploy import deploy
 
-    ray.init(num_cpus=options.num_cpus, num_gpus=options.num_gpus, include_dashboard=False)
+    # address="local": always a Ray instance of its own, even where another one runs on this machine.
+    # The dashboard stays on loopback: `serve status` and `serve deploy` work here, nobody else reaches it.
+    ray.init(address="local", num_cpus=options.num_cpus, num_gpus=options.num_gpus, include_dashboard=True,
+             dashboard_host="127.0.0.1", dashboard_port=options.dashboard_port,
+             _metrics_export_port=options.metrics_port, _temp_dir=options.temp_dir)
     serve.start(http_options={"host": options.host, "port": options.port})
     try:
         deploy(build_app(args), name="ocr", timeout_s=options.start_timeout)
@@ -78,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         serve.shutdown()
         ray.shutdown()
         return 1
-    print(f"OCR service ready at http://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it",
-          flush=True)
+    print(f"OCR service ready at http://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it\n"
+          f"  metrics: http://127.0.0.1:{options.metrics_port}/metrics (Prometheus; cluster/observability/)\n"
+          f"  dashboard: http://127.0.0.1:{options.dashboard_port} (token auth: "
+          f"RAY_AUTH_MODE=token serve status -a http://127.0.0.1:{options.dashboard_port})", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())

@@ -28,7 +28,7 @@ case "$role" in
   head)
     ray_token_auth
     ray start --head --port=6379 "--dashboard-host=${RAY_DASHBOARD_HOST:-127.0.0.1}" --num-gpus="$(gpus)" \
-      --disable-usage-stats
+      --metrics-export-port=8080 --disable-usage-stats
     # Workers may join later: the builder waits gpu_wait_timeout_s for the GPUs the config needs.
     serve deploy "$config"
     exec tail -f /dev/null
@@ -36,7 +36,7 @@ case "$role" in
   worker)
     ray_token_auth
     address="${2:?worker needs the head address, host:6379}"
-    exec ray start --address="$address" --num-gpus="$(gpus)" --disable-usage-stats --block
+    exec ray start --address="$address" --num-gpus="$(gpus)" --metrics-export-port=8080 --disable-usage-stats --block
     ;;
   *)
     echo "unknown role '$role': use standalone, head or worker HEAD_ADDRESS" >&2

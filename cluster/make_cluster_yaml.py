@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-START_FLAGS = "--num-gpus=$(nvidia-smi -L | wc -l) --disable-usage-stats"
+START_FLAGS = "--num-gpus=$(nvidia-smi -L | wc -l) --metrics-export-port=8080 --disable-usage-stats"
 # Token authentication from the token file delivered to every node with the bundle (mode 0600,
 # cluster/make-ray-token.sh), mounted read-only into the container; never baked into the image.
 TOKEN_PATH = "/etc/ocr/secrets/ray_auth_token"

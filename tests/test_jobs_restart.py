@@ -28,7 +28,7 @@ ARGS = {"engine_threads": 1, "ocr_replicas": 2, "jobs": {"lease_s": 3, "max_infl
 def start_service(config: Path, data_dir: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     command = [sys.executable, "-m", "app", "--port", str(port), "--num-cpus", "2", "--config", str(config),
-               "--data-dir", str(data_dir)]
+               "--data-dir", str(data_dir), "--metrics-port", str(free_port()), "--dashboard-port", str(free_port())]
     service = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
     for line in service.stdout:  # one line when it is ready

@@ -38,7 +38,8 @@ def test_ctrl_c_stops_the_local_runner_within_10_s_and_leaves_no_ray_process():
     before = ray_processes()
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    runner = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port), "--num-cpus", "2"], cwd=ROOT,
+    runner = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port), "--num-cpus", "2",
+                               "--metrics-port", str(free_port()), "--dashboard-port", str(free_port())], cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     try:
