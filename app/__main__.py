@@ -116,17 +116,37 @@ def with_local_job_store(args: dict, data_dir: str) -> dict:
 def stop_quickly(drain_s: float) -> None:
     """Give Serve `drain_s` to finish in-flight requests, then take the local Ray instance down.
 
-    serve.shutdown() alone waits for every replica's graceful shutdown and then 30 s
-    more for the controller; this runner owns its Ray instance, so after the drain it
-    simply stops it (ray.shutdown ends the raylet, GCS and every worker it started).
+    serve.shutdown() alone waits for every replica's graceful shutdown and then 30 s more
+    for the controller. This runner owns its Ray instance, so it waits `drain_s` for the
+    same graceful shutdown, in this thread (a serve.shutdown still running in another one
+    while ray.shutdown() goes on makes Ray's core worker end the process with status 1,
+    before anything below has run), then stops Ray and ends whatever of that instance
+    outlived ray.shutdown (app/local_ray.py says why there is any).
     """
     import ray
-    from ray import serve
 
-    drained = threading.Thread(target=serve.shutdown, daemon=True)
-    drained.start()
-    drained.join(drain_s)
+    from app.local_ray import end_leftovers, processes_of_this_instance
+
+    drain_serve(drain_s)
+    node_id = ray.get_runtime_context().get_node_id()
+    before = processes_of_this_instance(os.getpid(), node_id)
     ray.shutdown()
+    end_leftovers(os.getpid(), node_id, before)
+
+
+def drain_serve(timeout_s: float) -> None:
+    """Serve's graceful shutdown with our bound on it: what serve.shutdown() does, with
+    its controller wait (30 s there) cut to `timeout_s`. Serve's client is private API."""
+    from ray.serve.context import _disconnect, _get_global_client
+
+    try:
+        client = _get_global_client()
+    except Exception:  # no Serve here, or Ray's API moved: ray.shutdown() still stops it all
+        return
+    try:
+        client.shutdown(timeout_s=timeout_s)
+    finally:
+        _disconnect()
 
 
 if __name__ == "__main__":
