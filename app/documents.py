@@ -8,6 +8,7 @@ broken PDF, or a page selection that does not exist.
 from __future__ import annotations
 
 import io
+import math
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 import pypdfium2 as pdfium
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from app.config import Limits
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
@@ -39,7 +40,26 @@ _ACCEPTED_DECLARED = ("image/", "application/pdf", "application/octet-stream")
 class DecodedPage:
     image: Image.Image  # mode L or RGB, upright
     page_number: int  # 1-based
-    dpi: Optional[float] = None
+    dpi: Optional[float] = None  # a PDF page's resolution: the coordinate space of its boxes
+    # The page as uploaded (a PDF page rendered at `dpi`), where `image` was decoded or
+    # rendered smaller than that to fit the engine's budget; None when it is image.size.
+    source_size: Optional[tuple[int, int]] = None
+
+    @property
+    def source(self) -> tuple[int, int]:
+        return self.source_size or self.image.size
+
+
+@dataclass(frozen=True)
+class Target:
+    """The engine's input budget: a page is never decoded larger than it needs to be to fill it."""
+
+    max_side: int
+    max_pixels: int
+
+    def scale(self, width: float, height: float) -> float:
+        """The factor (<= 1) that brings a width x height page inside the budget."""
+        return min(1.0, self.max_side / max(width, height), (self.max_pixels / (width * height)) ** 0.5)
 
 
 def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
@@ -110,10 +130,16 @@ def _parse_range(part: str, page_count: int) -> tuple[int, int]:
     return start - 1, end
 
 
-def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
-    """Pages in document order, decoded one at a time; every check on the whole document runs first."""
+def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits,
+               target: Optional[Target] = None) -> Iterator[DecodedPage]:
+    """Pages in document order, decoded one at a time; every check on the whole document runs first.
+
+    With a `target`, a page larger than it is decoded or rendered at reduced size where that is
+    cheaper than decoding it whole and shrinking it (JPEG's DCT scaling, PDFium rendering straight
+    at the target's resolution); the page may still need a final resize to fit (fit_to_budget).
+    """
     kind = sniff_kind(data, declared_type)
-    return _rasterise_pdf(data, pages, limits) if kind == "pdf" else _decode_image(data, pages, limits)
+    return _rasterise_pdf(data, pages, limits, target) if kind == "pdf" else _decode_image(data, pages, limits, target)
 
 
 def select_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], max_pages: int) -> list[int]:
@@ -140,7 +166,7 @@ def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], 
     return list(iter_pages(data, declared_type, pages, limits))
 
 
-def _decode_image(data: bytes, pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
+def _decode_image(data: bytes, pages: Optional[str], limits: Limits, target: Optional[Target]) -> Iterator[DecodedPage]:
     with _pillow_errors_as_4xx():
         img = Image.open(io.BytesIO(data))
         frames = getattr(img, "n_frames", 1)  # multi-page TIFF: one page per frame (counting can fail too)
@@ -149,10 +175,33 @@ def _decode_image(data: bytes, pages: Optional[str], limits: Limits) -> Iterator
         with _pillow_errors_as_4xx():
             img.seek(frame)
             _check_pixels(img.size, limits.max_image_pixels)
+            source = _upright_size(img) if frame == 0 else img.size
+            reduced = frame == 0 and _draft(img, target)
             img.load()
             page = ImageOps.exif_transpose(img) if frame == 0 else img.copy()
             page = _to_engine_mode(page)
-        yield DecodedPage(page, page_number=frame + 1)
+        yield DecodedPage(page, page_number=frame + 1, source_size=source if reduced else None)
+
+
+def _upright_size(img: Image.Image) -> tuple[int, int]:
+    """The size after exif_transpose: orientations 5-8 turn the image by a quarter."""
+    width, height = img.size
+    turned = img.getexif().get(ExifTags.Base.Orientation, 1) in (5, 6, 7, 8)
+    return (height, width) if turned else (width, height)
+
+
+def _draft(img: Image.Image, target: Optional[Target]) -> bool:
+    """JPEG: let libjpeg decode at 1/2, 1/4 or 1/8 scale (DCT scaling) where the page would be
+    shrunk at least that much anyway; the decoded image stays at least the target's size.
+    True when the decoder will deliver a smaller image than the file's."""
+    if target is None or img.format != "JPEG":
+        return False
+    width, height = img.size
+    scale = target.scale(width, height)
+    if scale > 0.5:
+        return False
+    img.draft(None, (math.ceil(width * scale), math.ceil(height * scale)))
+    return img.size != (width, height)
 
 
 @contextmanager
@@ -206,7 +255,7 @@ def _on_white(rgba: Image.Image) -> Image.Image:
     return Image.alpha_composite(background, rgba).convert("RGB")
 
 
-def _rasterise_pdf(data: bytes, pages: Optional[str], limits: Limits) -> Iterator[DecodedPage]:
+def _rasterise_pdf(data: bytes, pages: Optional[str], limits: Limits, target: Optional[Target]) -> Iterator[DecodedPage]:
     with _PDFIUM_LOCK:
         pdf = _open_pdf(data)
     try:
@@ -216,7 +265,7 @@ def _rasterise_pdf(data: bytes, pages: Optional[str], limits: Limits) -> Iterato
             raise UnprocessableDocument("The PDF has no pages.", code="corrupt_pdf")
         for index in parse_page_spec(pages, count, limits.max_pages):
             with _PDFIUM_LOCK:
-                page = _render_page(pdf, index, limits)
+                page = _render_page(pdf, index, limits, target)
             yield page
     finally:
         with _PDFIUM_LOCK:
@@ -248,16 +297,35 @@ def _pdfium_errors_as_4xx(what: str):
         raise UnprocessableDocument(f"{what} ({type(exc).__name__})", code="corrupt_pdf") from None
 
 
-def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits) -> DecodedPage:
+def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits, target: Optional[Target]) -> DecodedPage:
     with _pdfium_errors_as_4xx(f"PDF page {index + 1} could not be rendered"):
         page = pdf[index]
         width_pt, height_pt = page.get_size()
         if not (width_pt > 0 and height_pt > 0):  # also catches NaN
             raise UnprocessableDocument(f"PDF page {index + 1} has no area.", code="corrupt_pdf")
         dpi = _page_dpi(width_pt, height_pt, limits)
-        image = page.render(scale=dpi / 72.0, grayscale=False).to_pil()
+        source_scale = dpi / 72.0
+        source = (math.ceil(width_pt * source_scale), math.ceil(height_pt * source_scale))  # as pypdfium2 sizes it
+        scale = _render_scale(width_pt, height_pt, source_scale, target)
+        image = page.render(scale=scale, grayscale=False).to_pil()
         page.close()
-        return DecodedPage(_to_engine_mode(image), page_number=index + 1, dpi=dpi)
+        reduced = image.size != source
+        return DecodedPage(_to_engine_mode(image), page_number=index + 1, dpi=dpi, source_size=source if reduced else None)
+
+
+def _render_scale(width_pt: float, height_pt: float, scale: float, target: Optional[Target]) -> float:
+    """PDFium renders at any resolution for the same cost per output pixel: render straight at
+    the target's size rather than at `scale` and shrink. PDFium rounds sizes up, so the scale
+    is nudged down until the rendered page is inside the target (no resize left to do)."""
+    if target is None:
+        return scale
+    scale *= target.scale(width_pt * scale, height_pt * scale)
+    for _ in range(100):
+        width, height = math.ceil(width_pt * scale), math.ceil(height_pt * scale)
+        if max(width, height) <= target.max_side and width * height <= target.max_pixels:
+            break
+        scale *= 0.999
+    return scale
 
 
 def _page_dpi(width_pt: float, height_pt: float, limits: Limits) -> float:
@@ -270,22 +338,21 @@ def _page_dpi(width_pt: float, height_pt: float, limits: Limits) -> float:
 
 
 def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Image.Image, float]:
-    """Downscale (never upscale) so the image fits the engine's input budget; returns the scale used."""
+    """Downscale (never upscale) so the image fits the engine's input budget; returns the scale used.
+
+    reducing_gap: Pillow first shrinks by a whole factor with a box filter (cheap), then runs
+    Lanczos over the last factor of at most 3: "indistinguishable from fair resampling in most
+    cases", Pillow's documentation says, at a fraction of the cost."""
     width, height = img.size
-    scale = min(1.0, max_side / max(width, height), (max_pixels / (width * height)) ** 0.5)
+    scale = Target(max_side, max_pixels).scale(width, height)
     if scale >= 1.0:
         return img, 1.0
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    return img.resize(size, Image.Resampling.LANCZOS), scale
+    return img.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0), scale
 
 
-def encode_png(img: Image.Image) -> bytes:
-    """Lossless and fast: level 1 compresses text pages well at a fraction of the default's cost."""
-    buffer = io.BytesIO()
-    img.save(buffer, format="PNG", compress_level=1)
-    return buffer.getvalue()
-
-
-def decode_png(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as img:
-        return np.asarray(img.convert("RGB"))
+def as_rgb(pixels: np.ndarray) -> np.ndarray:
+    """What the engines take: HxWx3 uint8. A grey page travels as one channel, a third of the bytes."""
+    if pixels.ndim == 2:
+        return np.repeat(pixels[:, :, None], 3, axis=2)
+    return pixels

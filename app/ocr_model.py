@@ -19,7 +19,7 @@ from ray import serve
 
 from app import metrics
 from app.config import BatchConfig, Settings
-from app.documents import decode_png
+from app.documents import as_rgb
 from app.engines import build_engine
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
@@ -200,7 +200,7 @@ class OCRModel:
         images, outcomes = [], [None] * len(pages)
         for i, page in enumerate(pages):
             try:
-                images.append((i, decode_png(page.png)))
+                images.append((i, as_rgb(page.image)))
             except Exception:
                 logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
                 outcomes[i] = UnprocessableDocument(f"page {page.page_number}: undecodable payload")
@@ -213,7 +213,7 @@ class OCRModel:
                 outcomes[i] = result
                 continue
             outcomes[i] = PageOCR(
-                page=dataclasses.replace(pages[i], png=b""),  # the image is not needed downstream
+                page=dataclasses.replace(pages[i], image=None),  # the image is not needed downstream
                 result=result,
                 batch_size=len(pages),
                 batch_pixels=batch_pixels,

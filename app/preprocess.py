@@ -1,4 +1,4 @@
-"""The CPU preprocessing deployment: uploaded bytes in, engine-sized PNG pages out.
+"""The CPU preprocessing deployment: uploaded bytes in, engine-sized pages (raw pixels) out.
 
 All decoding happens in the replica's decoder sandbox (app/sandbox): worker processes
 with a memory cap and a per-page time limit, so a hostile file costs one worker,
@@ -30,7 +30,7 @@ def to_payload(page: RenderedPage, index: int, request_id: str) -> PagePayload:
         request_id=request_id,
         index=index,
         page_number=page.page_number,
-        png=page.png,
+        image=page.image,
         width=page.width,
         height=page.height,
         source_width=page.source_width,

@@ -1,14 +1,19 @@
 """What travels between deployments.
 
-Plain dataclasses of bytes, numbers and strings: cheap to pickle, no PIL objects,
-and a page image is compact PNG bytes so a payload stays far below Ray's
-inter-deployment message cap (4 MiB over gRPC) even for a full A4 page.
+Plain dataclasses of arrays, numbers and strings: no PIL objects. A page image is its
+raw uint8 pixels at engine size, which Ray passes through its object store (pickle 5,
+out of band: the OCR replica reads it without a copy) and which needs no encoding in the
+preprocessor nor decoding in the OCR replica (load/cpu_cost.py, README "CPU cost per page").
+A raw A4 page is 2-9 MB: with RAY_SERVE_THROUGHPUT_OPTIMIZED=1, Serve sends it over gRPC,
+whose 4 MiB cap RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH must then raise (README).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
+
+import numpy as np
 
 
 @dataclass
@@ -18,7 +23,7 @@ class PagePayload:
     request_id: str
     index: int  # 0-based position in the response
     page_number: int  # 1-based page (or frame) number in the source document
-    png: bytes  # lossless PNG at engine resolution (mode L or RGB)
+    image: Optional[np.ndarray]  # uint8, HxW (grey) or HxWx3 (RGB), at engine resolution; None once read
     width: int  # engine-resolution size
     height: int
     source_width: int  # the coordinate space of returned boxes

@@ -139,7 +139,7 @@ class BareEngine:
         for page in load_pages(data, content_type, None, self.settings.limits):
             rgb = np.asarray(page.image.convert("RGB"))
             [result] = self.engine.infer([rgb])
-            payload = PagePayload("bare", 0, page.page_number, b"", page.image.width, page.image.height,
+            payload = PagePayload("bare", 0, page.page_number, None, page.image.width, page.image.height,
                                   page.image.width, page.image.height, 1.0, page.dpi)
             texts.append(build_page_result(PageOCR(payload, result, 1, payload.pixels))["text"])
         return "\n\n".join(texts)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from app.config import Limits
-from app.documents import fit_to_budget, load_pages, parse_page_spec, sniff_kind
+from app.documents import Target, as_rgb, fit_to_budget, iter_pages, load_pages, parse_page_spec, sniff_kind
 from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 from tests.conftest import pdf_bytes, png_bytes
 
@@ -129,6 +130,57 @@ def test_fit_to_budget_only_shrinks():
     assert resized.width * resized.height <= 1_000_000 and scale == pytest.approx(0.5)
     same, scale = fit_to_budget(Image.new("RGB", (10, 10)), 2000, 10**6)
     assert scale == 1.0 and same.size == (10, 10)
+
+
+def text_block(size: tuple[int, int]) -> Image.Image:
+    """White page, a black bar in its left quarter: where it lands tells the geometry apart."""
+    image = Image.new("RGB", size, "white")
+    image.paste((0, 0, 0), (0, 0, size[0] // 4, size[1]))
+    return image
+
+
+def test_a_large_jpeg_is_decoded_at_reduced_size_and_keeps_its_source_geometry():
+    data = encoded(text_block((4000, 1000)), "JPEG", quality=95)
+    [full] = load_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8))
+    [page] = iter_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8), Target(900, 10**8))
+    assert full.image.size == full.source == (4000, 1000)
+    assert page.image.size == (1000, 250)  # DCT scaling by 1/4: still at least 900 wide, the target
+    assert page.source == (4000, 1000)  # boxes stay in the uploaded image's pixels
+    assert page.image.getpixel((200, 125))[0] < 40 and page.image.getpixel((300, 125))[0] > 215
+
+
+def test_reduced_jpeg_decode_reports_the_upright_source_size():
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turned a quarter on display: the source is 1000 wide and 4000 high
+    data = encoded(text_block((4000, 1000)), "JPEG", exif=exif)
+    [page] = iter_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8), Target(900, 10**8))
+    assert page.image.size == (250, 1000) and page.source == (1000, 4000)
+
+
+def test_a_jpeg_that_needs_less_than_half_its_size_is_decoded_whole():
+    data = encoded(text_block((1200, 300)), "JPEG")
+    [page] = iter_pages(data, "image/jpeg", None, LIMITS, Target(1000, 10**6))
+    assert page.image.size == page.source == (1200, 300) and page.source_size is None
+
+
+def test_a_pdf_page_renders_straight_at_the_target_size():
+    pdf = pdf_bytes([text_block((1700, 2200))])  # 17 x 22 in at 100 dpi
+    limits = Limits(pdf_dpi=150, max_pdf_page_pixels=50_000_000)
+    [page] = iter_pages(pdf, "application/pdf", None, limits, Target(2000, 2000 * 2000))
+    [whole] = load_pages(pdf, "application/pdf", None, limits)
+    assert page.dpi == 150 and page.source == whole.image.size  # boxes in the page at 150 dpi, as before
+    assert abs(page.source[0] - 2550) <= 1 and abs(page.source[1] - 3300) <= 1
+    assert max(page.image.size) <= 2000 and max(page.image.size) >= 1995  # nothing left to resize
+    assert fit_to_budget(page.image, 2000, 2000 * 2000)[1] == 1.0
+    [small] = iter_pages(pdf, "application/pdf", None, limits, Target(5000, 50_000_000))
+    assert small.image.size == small.source == whole.image.size and small.source_size is None
+
+
+def test_grey_pixels_reach_the_engine_as_rgb():
+    grey = np.full((3, 4), 7, dtype=np.uint8)
+    assert as_rgb(grey).shape == (3, 4, 3) and int(as_rgb(grey)[2, 3, 1]) == 7
+    rgb = np.zeros((3, 4, 3), dtype=np.uint8)
+    assert as_rgb(rgb) is rgb
 
 
 def test_page_counts_are_checked_before_anything_is_built():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 import pytest
 
 from app.config import Limits
@@ -41,8 +42,29 @@ def run(coro):
 def test_pages_come_back_in_order_with_geometry(sandbox, good_pdf):
     pages = run(read_all(sandbox, good_pdf))
     assert [p.page_number for p in pages] == [1, 2, 3]
-    assert all(p.png.startswith(b"\x89PNG") and p.dpi == 72 for p in pages)
+    assert all(p.image.shape == (p.height, p.width, 3) and p.image.dtype == np.uint8 and p.dpi == 72 for p in pages)
+    assert all(int(p.image[p.height // 2, p.width // 2].max()) == 255 for p in pages)  # white paper, raw
     assert all(p.width == p.source_width == 432 for p in pages)  # 600 px at 100 dpi, rendered at 72
+
+
+@pytest.mark.parametrize("header, size", [
+    ({"width": 10, "height": 10, "mode": "RGB"}, 299),  # a byte short
+    ({"width": 10, "height": 10, "mode": "CMYK"}, 400),  # not a mode the engines take
+    ({"width": 1001, "height": 1, "mode": "L"}, 1001),  # wider than the budget
+    ({"width": "10", "height": 10, "mode": "L"}, 100),  # not a number
+])
+def test_a_page_that_does_not_match_its_header_is_refused_and_its_worker_ended(sandbox, header, size):
+    from app.errors import ServiceUnavailable
+
+    worker = DecoderProcess(sandbox._command)
+    header = {"type": "page", "page_number": 1, "source_width": 10, "source_height": 10, "scale": 1.0,
+              "dpi": None, "decode_ms": 1.0, "resize_encode_ms": 1.0, **header}
+    with pytest.raises(ServiceUnavailable) as caught:
+        sandbox._checked_page(worker, header, bytes(size), "test")
+    assert caught.value.code == "decoder_unavailable" and not worker.alive()
+    good = sandbox._checked_page(DecoderProcess(sandbox._command), {**header, "width": 10, "height": 10,
+                                                                    "mode": "L"}, bytes(100), "test")
+    assert good.image.shape == (10, 10)
 
 
 @pytest.fixture

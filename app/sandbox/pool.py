@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import AsyncIterator, Optional
 
+import numpy as np
+
 from app.config import Limits
 from app.errors import (
     BadRequest,
@@ -42,10 +44,10 @@ WORKER_START_TIMEOUT_S = 60.0
 
 @dataclass
 class RenderedPage:
-    """One page as the worker left it: engine-sized PNG plus the geometry to map boxes back."""
+    """One page as the worker left it: engine-sized pixels plus the geometry to map boxes back."""
 
     page_number: int
-    png: bytes
+    image: np.ndarray  # uint8 HxW (L) or HxWx3 (RGB), a view of the worker's bytes
     width: int
     height: int
     source_width: int
@@ -140,6 +142,7 @@ class DecodeSandbox:
 
     def __init__(self, limits: Limits, max_side: int, max_pixels: int, workers: int):
         self._limits = limits
+        self._max_side, self._max_pixels = max_side, max_pixels
         self._command = [
             sys.executable, "-m", "app.sandbox.worker", str(limits.decode_memory_mb),
             json.dumps(limits.model_dump()), json.dumps({"max_side": max_side, "max_pixels": max_pixels}),
@@ -166,7 +169,7 @@ class DecodeSandbox:
                         worker.document_open = False
                         return
                     self.stats["pages"] += 1
-                    yield self._page(header, blob)
+                    yield self._checked_page(worker, header, blob, label)
             finally:
                 self._give_back(worker)
 
@@ -260,15 +263,34 @@ class DecodeSandbox:
         return cls(str(answer.get("message") or "The document could not be decoded.")[:500],
                    code=str(answer.get("code") or cls.code)[:64])
 
-    @staticmethod
-    def _page(header: dict, blob: bytes) -> RenderedPage:
+    def _checked_page(self, worker: DecoderProcess, header: dict, blob: bytes, label: str) -> RenderedPage:
+        try:
+            return self._page(header, blob)
+        except (ProtocolError, KeyError, TypeError, ValueError) as exc:
+            worker.kill()
+            logger.error("decoder pid %s sent a bad page for %s: %s", worker.pid, label, exc)
+            raise ServiceUnavailable("The document decoder failed; retry.", code="decoder_unavailable") from None
+
+    def _page(self, header: dict, blob: bytes) -> RenderedPage:
         return RenderedPage(
-            page_number=int(header["page_number"]), png=blob, width=int(header["width"]),
+            page_number=int(header["page_number"]), image=self._pixels(header, blob), width=int(header["width"]),
             height=int(header["height"]), source_width=int(header["source_width"]),
             source_height=int(header["source_height"]), scale=float(header["scale"]),
             dpi=None if header.get("dpi") is None else float(header["dpi"]),
             decode_ms=float(header["decode_ms"]), resize_encode_ms=float(header["resize_encode_ms"]),
         )
+
+    def _pixels(self, header: dict, blob: bytes) -> np.ndarray:
+        """The page's pixels, once its size, mode and length are what a page within budget has:
+        a worker that a crafted file subverted can send anything."""
+        width, height, mode = header.get("width"), header.get("height"), header.get("mode")
+        channels = {"L": 1, "RGB": 3}.get(mode)
+        sizes_ok = all(isinstance(side, int) and 0 < side <= self._max_side for side in (width, height))
+        if channels is None or not sizes_ok or width * height > self._max_pixels \
+                or len(blob) != width * height * channels:
+            raise ProtocolError(f"page of {width!r}x{height!r} {mode!r} with {len(blob)} bytes")
+        shape = (height, width) if channels == 1 else (height, width, channels)
+        return np.frombuffer(blob, dtype=np.uint8).reshape(shape)
 
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self._idle if w.alive()]

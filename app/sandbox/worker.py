@@ -4,7 +4,10 @@ It caps its own address space before it reads a byte of input, then serves one
 document at a time from stdin, one page per `next`:
 
   parent -> worker   open (blob: the document) | next | close | count (blob: the document)
-  worker -> parent   ready | opened | page (blob: PNG) | end | counted | error
+  worker -> parent   ready | opened | page (blob: raw pixels) | end | counted | error
+
+A page travels as its raw 8-bit pixels (mode L or RGB, row by row, at engine size): no
+encoding here and no decoding in the OCR replica (load/cpu_cost.py measured the choices).
 
 Everything it computes is pure `app.documents`; what runs here can only hurt this process.
 """
@@ -62,14 +65,15 @@ class Session:
         self._pages = None
 
     def open(self, header: dict, blob: bytes) -> dict:
-        from app.documents import iter_pages
+        from app.documents import Target, iter_pages
 
         self.close()
-        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), self._limits)
+        target = Target(self._budget["max_side"], self._budget["max_pixels"])
+        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), self._limits, target)
         return {"type": "opened"}
 
     def next(self) -> tuple[dict, bytes]:
-        from app.documents import encode_png, fit_to_budget
+        from app.documents import fit_to_budget
 
         if self._pages is None:
             return {"type": "end"}, b""
@@ -79,15 +83,17 @@ class Session:
             self.close()
             return {"type": "end"}, b""
         decoded = time.perf_counter()
-        image, scale = fit_to_budget(page.image, self._budget["max_side"], self._budget["max_pixels"])
-        png = encode_png(image)
+        image, _ = fit_to_budget(page.image, self._budget["max_side"], self._budget["max_pixels"])
+        pixels = image.tobytes()
+        source_width, source_height = page.source
         header = {
             "type": "page", "page_number": page.page_number, "width": image.width, "height": image.height,
-            "source_width": page.image.width, "source_height": page.image.height, "scale": scale, "dpi": page.dpi,
+            "mode": image.mode, "source_width": source_width, "source_height": source_height,
+            "scale": image.width / source_width, "dpi": page.dpi,
             "decode_ms": round((decoded - start) * 1000, 1),
             "resize_encode_ms": round((time.perf_counter() - decoded) * 1000, 1),
         }
-        return header, png
+        return header, pixels
 
     def count(self, header: dict, blob: bytes) -> dict:
         """The page numbers a selection names, for a job; nothing is rendered."""
