@@ -1,0 +1,290 @@
+"""CPU time per page outside the engine, before and after a change, on the same pages in one run.
+
+    python load/cpu_cost.py --before REF [--rounds 3] [--report load/results/cpu_cost.json]
+    python load/cpu_cost.py --render load/results/cpu_cost.json
+
+Each arm is a tree of this repository: `--before REF` (taken out with `git archive`) and the
+working tree (`after`). An arm runs, in a fresh process of its own, what a page costs on its
+way to the engine, with that tree's code:
+  - the Preprocessor's decoder sandbox (the tree's own decoder worker: decode or render,
+    resize, the page's form on the wire), and the parent's side of the pipe;
+  - the payload the Preprocessor hands to Ray, pickled and unpickled twice (protocol 5, in
+    band), for its two hops: Preprocessor -> Ingress -> OCR replica;
+  - the OCR replica's turning of the payload into the engine's input array.
+CPU time is the arm process's own (every thread) plus its decoder worker's (from /proc,
+in clock ticks), summed over every page of a set and divided by the pages. Every arm is
+warmed on the first document of each set, untimed; the arms' order alternates by round.
+
+Sets: every image of the devset manifest, at the bundled engine's input budget, and a
+20-page PDF of A4 text pages at 150 dpi, rendered at the service's default 150 dpi.
+
+A second table compares the forms a page can travel in between deployments on the devset's
+engine-sized pages (CPU to make and to read it back, and its size), which is why the
+working tree sends raw pixels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from load.common import DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset  # noqa: E402
+
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+TARGET = 0.25  # after / before, issue 13
+
+
+# --- one arm, in its own process, importing `app` from its tree -------------------------------
+
+def worker_cpu_s(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total * TICK_S
+
+
+def run_arm(docs_file: str) -> dict:
+    """Every set's CPU seconds and pages, measured with the `app` of the arm's tree (the cwd)."""
+    sys.path.insert(0, os.getcwd())  # before this repository's root, which the module put first
+    import app
+    from app import documents
+    from app.config import Settings
+    from app.engines import input_budget
+    from app.preprocess import to_payload
+    from app.sandbox import DecodeSandbox
+
+    settings = Settings()
+    budget = input_budget(settings)
+    sets = pickle.loads(Path(docs_file).read_bytes())
+
+    async def one(sandbox, data: bytes, content_type: str) -> int:
+        pages = 0
+        async for page in sandbox.pages(data, content_type, None, label="cpu_cost"):
+            payload = to_payload(page, pages, "cpu_cost")
+            for _hop in ("to the ingress", "to the OCR replica"):
+                payload = pickle.loads(pickle.dumps(payload, protocol=5))
+            if getattr(payload, "png", None) is not None:  # trees before the raw transport
+                documents.decode_png(payload.png)
+            else:
+                documents.as_rgb(payload.image)
+            pages += 1
+        return pages
+
+    async def measure() -> dict:
+        sandbox = DecodeSandbox(settings.limits, budget.max_side, budget.max_pixels, workers=1)
+        results = {}
+        try:
+            for name, docs in sets.items():
+                await one(sandbox, *docs[0])  # warm: imports, the worker started, first-use caches
+                own, workers, wall = time.process_time(), worker_cpu_s(sandbox.worker_pids()), time.perf_counter()
+                pages = 0
+                for data, content_type in docs:
+                    pages += await one(sandbox, data, content_type)
+                results[name] = {"pages": pages,
+                                 "cpu_s": time.process_time() - own + worker_cpu_s(sandbox.worker_pids()) - workers,
+                                 "wall_s": time.perf_counter() - wall}
+        finally:
+            sandbox.close()
+        return results
+
+    results = asyncio.run(measure())
+    return {"app": str(Path(app.__file__).parent), "sets": results}
+
+
+def arm_process(tree: Path, docs_file: Path) -> dict:
+    """A fresh interpreter whose `app` (and its decoder workers') is the tree's."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--arm", str(docs_file)], cwd=tree,
+                          env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"arm {tree} failed: {done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if Path(result["app"]).resolve() != (tree / "app").resolve():
+        raise RuntimeError(f"arm {tree} imported {result['app']}")
+    return result["sets"]
+
+
+def tree_at(ref: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "archive", "--format=tar", ref, "app"], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+# --- the page sets ------------------------------------------------------------------------------
+
+def page_sets(manifest: Path) -> dict:
+    from app.synthetic import pdf_bytes, render_text_page
+
+    devset = [(sample.path.read_bytes(), sample.content_type) for sample in load_devset(manifest)]
+
+    def a4_page(number: int):
+        lines = [f"Page {number} line {row}: invoice 10{number:02d}-{row:02d} total {row * 3.5:.2f}"
+                 for row in range(32)]
+        return render_text_page(lines, width=1240, font_size=22, margin=60).resize((1240, 1754))
+
+    pdf = pdf_bytes((a4_page(number) for number in range(1, 21)), dpi=150)
+    return {"devset": devset, "pdf_20_pages_150dpi": [(pdf, "application/pdf")]}
+
+
+# --- the transport forms ------------------------------------------------------------------------
+
+def png_form(image) -> tuple[bytes, callable]:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+
+    def read(data: bytes):
+        import numpy as np
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            return np.asarray(img.convert("RGB"))
+    return buffer.getvalue(), read
+
+
+def raw_form(image) -> tuple[bytes, callable]:
+    import numpy as np
+
+    from app.documents import as_rgb
+
+    shape = (image.height, image.width) if image.mode == "L" else (image.height, image.width, 3)
+    return image.tobytes(), lambda data: as_rgb(np.frombuffer(data, np.uint8).reshape(shape))
+
+
+def raw_zlib_form(image) -> tuple[bytes, callable]:
+    blob, read_raw = raw_form(image)
+    return zlib.compress(blob, 1), lambda data: read_raw(zlib.decompress(data))
+
+
+FORMS = {"png (compress 1)": png_form, "raw uint8": raw_form, "raw + zlib 1": raw_zlib_form}
+
+
+def transport_table(devset: list, rounds: int) -> dict:
+    """CPU ms per page to make each form, carry it through pickle, and read it back; its size."""
+    from app.config import Settings
+    from app.documents import Target, fit_to_budget, iter_pages
+    from app.engines import input_budget
+
+    budget = input_budget(Settings())
+    target = Target(budget.max_side, budget.max_pixels)
+    images = [fit_to_budget(page.image, budget.max_side, budget.max_pixels)[0]
+              for data, content_type in devset
+              for page in iter_pages(data, content_type, None, Settings().limits, target)]
+    samples: dict = {name: [] for name in FORMS}
+    sizes: dict = {name: 0 for name in FORMS}
+    for round_ in range(rounds):
+        order = list(FORMS) if round_ % 2 == 0 else list(reversed(FORMS))
+        for name in order:
+            started = time.process_time()
+            for image in images:
+                blob, read = FORMS[name](image)
+                read(pickle.loads(pickle.dumps(blob, protocol=5)))
+                sizes[name] = sizes[name] + len(blob) if round_ == 0 else sizes[name]
+            samples[name].append((time.process_time() - started) * 1000 / len(images))
+    return {name: {"cpu_ms_per_page": summary(samples[name]), "mean_bytes_per_page": sizes[name] / len(images)}
+            for name in FORMS} | {"pages": len(images)}
+
+
+# --- the run, the report ------------------------------------------------------------------------
+
+def summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
+
+
+def measure(options) -> dict:
+    sets = page_sets(options.manifest)
+    with tempfile.TemporaryDirectory(prefix="cpu-cost-") as work:
+        docs_file = Path(work) / "docs.pickle"
+        docs_file.write_bytes(pickle.dumps(sets))
+        trees = {"before": tree_at(options.before, Path(work) / "before"), "after": ROOT}
+        per_round = []
+        for round_ in range(options.rounds):
+            order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
+            measured = {arm: arm_process(trees[arm], docs_file) for arm in order}
+            per_round.append(measured)
+            print(f"round {round_ + 1}: " + ", ".join(
+                f"{arm} {name} {m['cpu_s'] * 1000 / m['pages']:.1f} ms/page"
+                for arm, sets_ in measured.items() for name, m in sets_.items()), flush=True)
+    results = {}
+    for name in sets:
+        arms = {arm: [r[arm][name]["cpu_s"] * 1000 / r[arm][name]["pages"] for r in per_round] for arm in trees}
+        ratios = [after / before for before, after in zip(arms["before"], arms["after"])]
+        results[name] = {"pages": per_round[0]["after"][name]["pages"],
+                         "before_ms": summary(arms["before"]), "after_ms": summary(arms["after"]),
+                         "ratio": summary(ratios)}
+    return {"benchmark": "cpu_cost", "commit": commit(), "before": options.before,
+            "before_commit": subprocess.run(["git", "rev-parse", "--short", options.before], cwd=ROOT,
+                                            capture_output=True, text=True).stdout.strip(),
+            "machine": {"cpus": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE")
+                                                                   * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                        "python": platform.python_version()},
+            "settings": {"rounds": options.rounds, "engine": "ppocr (its input budget)", "pdf_dpi": 150,
+                         "decode_workers": 1, "target_ratio": TARGET},
+            "sets": results, "transport": transport_table(sets["devset"], options.rounds)}
+
+
+def render(report: dict) -> str:
+    rows = [f"CPU per page outside the engine, `{report['before']}` ({report['before_commit']}) against "
+            f"{report['commit']}, {report['settings']['rounds']} interleaved rounds, "
+            f"{report['machine']['cpus']} CPUs (median, min-max):", "",
+            "| pages | before ms/page | after ms/page | after / before |", "|---|---|---|---|"]
+    for name, row in report["sets"].items():
+        before, after, ratio = row["before_ms"], row["after_ms"], row["ratio"]
+        rows.append(f"| {name} ({row['pages']}) | {before['median']:.1f} ({before['min']:.1f}-{before['max']:.1f}) "
+                    f"| {after['median']:.1f} ({after['min']:.1f}-{after['max']:.1f}) "
+                    f"| **{ratio['median']:.3f}** ({ratio['min']:.3f}-{ratio['max']:.3f}) |")
+    transport = report["transport"]
+    rows += ["", f"Page forms between deployments, on the devset's {transport['pages']} engine-sized pages "
+             "(make, pickle, read back):", "", "| form | CPU ms/page | size per page |", "|---|---|---|"]
+    for name, row in transport.items():
+        if name != "pages":
+            cpu = row["cpu_ms_per_page"]
+            rows.append(f"| {name} | {cpu['median']:.1f} ({cpu['min']:.1f}-{cpu['max']:.1f}) "
+                        f"| {row['mean_bytes_per_page'] / 2**20:.2f} MiB |")
+    return "\n".join(rows)
+
+
+def passed(report: dict) -> bool:
+    return all(row["ratio"]["median"] <= TARGET for row in report["sets"].values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", help="the git ref to compare the working tree against")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
+    parser.add_argument("--arm", help=argparse.SUPPRESS)  # internal: measure one tree, print JSON
+    add_report_options(parser, "cpu_cost.json")
+    options = parser.parse_args()
+    if options.arm:
+        print(json.dumps(run_arm(options.arm)))
+        return 0
+    from load.common import measure_or_render
+
+    if not options.render and not options.before:
+        parser.error("--before REF is needed to measure")
+    return measure_or_render(options, lambda: measure(options), render, passed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
