@@ -71,7 +71,8 @@ class DecoderDied(Exception):
 class DecoderProcess:
     """One worker process and its pipes. Not thread-safe: one exchange at a time."""
 
-    def __init__(self, command: list[str]):
+    def __init__(self, command: list[str], max_blob_bytes: int = 1 << 30):
+        self.max_blob_bytes = max_blob_bytes  # a frame's blob is read into memory allocated up front
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -109,22 +110,25 @@ class DecoderProcess:
     def _receive(self, timeout_s: float) -> tuple[dict, bytes]:
         deadline = time.monotonic() + timeout_s
         header_len, blob_len = decode_header(self._read(PREFIX.size, deadline))
+        if blob_len > self.max_blob_bytes:
+            raise ProtocolError(f"frame blob of {blob_len} bytes")
         header = parse_header(self._read(header_len, deadline))
         return header, self._read(blob_len, deadline)
 
-    def _read(self, size: int, deadline: float) -> bytes:
+    def _read(self, size: int, deadline: float) -> bytearray:
+        """Exactly `size` bytes, read straight into one buffer (a page is megabytes: no joins)."""
         fd = self.proc.stdout.fileno()
-        chunks, left = [], size
-        while left:
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        while got < size:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
                 raise DecoderTimeout()
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
+            count = os.readv(fd, [view[got:]])
+            if not count:
                 raise DecoderDied(self.proc.wait())
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+            got += count
+        return buffer
 
     def kill(self) -> None:
         if self.alive():
@@ -149,7 +153,8 @@ class DecodeSandbox:
         ]
         self._slots = asyncio.Semaphore(workers)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decoder")
-        self._idle = [DecoderProcess(self._command) for _ in range(workers)]
+        self._max_blob = max_pixels * 3 + (1 << 20)  # an RGB page within budget, or a document's count
+        self._idle = [self._start() for _ in range(workers)]
         self.stats = {"documents": 0, "pages": 0, "timeouts": 0, "memory": 0, "crashes": 0, "replaced": 0}
 
     async def pages(self, data: bytes, content_type: Optional[str], pages: Optional[str],
@@ -192,14 +197,17 @@ class DecodeSandbox:
             if worker.alive():
                 return worker
             self._replace(worker, "found dead while idle")
-        return DecoderProcess(self._command)
+        return self._start()
+
+    def _start(self) -> DecoderProcess:
+        return DecoderProcess(self._command, self._max_blob)
 
     def _give_back(self, worker: DecoderProcess) -> None:
         """A worker whose last exchange finished is clean; one left mid-exchange (cancelled) is not."""
         if worker.busy or not worker.alive():
             worker.kill()
             self.stats["replaced"] += 1
-            self._idle.append(DecoderProcess(self._command))
+            self._idle.append(self._start())
             return
         if worker.document_open:
             try:

@@ -20,8 +20,13 @@ class ProtocolError(Exception):
 
 
 def encode_frame(header: dict, blob: bytes = b"") -> bytes:
+    return frame_head(header, len(blob)) + blob
+
+
+def frame_head(header: dict, blob_len: int) -> bytes:
+    """A frame without its blob, which the sender writes after it (a page's megabytes uncopied)."""
     raw = json.dumps(header, separators=(",", ":")).encode()
-    return PREFIX.pack(len(raw), len(blob)) + raw + blob
+    return PREFIX.pack(len(raw), blob_len) + raw
 
 
 def decode_header(prefix: bytes) -> tuple[int, int]:

@@ -110,10 +110,11 @@ class Session:
 
 
 def serve_forever(stdin, stdout, session: Session) -> None:
-    from app.sandbox.protocol import ProtocolError, encode_frame, read_frame
+    from app.sandbox.protocol import ProtocolError, frame_head, read_frame
 
     def send(header: dict, blob: bytes = b"") -> None:
-        stdout.write(encode_frame(header, blob))
+        stdout.write(frame_head(header, len(blob)))
+        stdout.write(blob)
         stdout.flush()
 
     send({"type": "ready", "pid": os.getpid()})
