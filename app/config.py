@@ -165,8 +165,9 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["ppocr", "vlm"] = Field(
-        "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir."
+    engine: Literal["ppocr", "vlm", "null"] = Field(
+        "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir; "
+        "null: reads nothing, at once (for measuring the pipeline: load/overhead.py)."
     )
     model_dir: Optional[str] = Field(
         None, description="Local model directory (required for vlm). ppocr uses the wheel's models when unset."

@@ -203,3 +203,19 @@ def test_local_runner_refuses_a_network_host_without_api_keys(capsys):
 
     assert main(["--host", "0.0.0.0"]) == 2  # before any Ray is started
     assert "without API keys" in capsys.readouterr().err
+
+
+def test_the_null_engine_reads_nothing_says_so_and_takes_only_what_real_engines_take():
+    import numpy as np
+
+    from app.engines import build_engine, input_budget
+    from app.engines.null import NOTE
+
+    settings = Settings(engine="null")
+    engine = build_engine(settings, threads=1)
+    engine.load()
+    results = engine.infer([np.zeros((4, 5, 3), np.uint8), np.full((2, 2, 3), 255, np.uint8)])
+    assert [(r.lines, r.markdown, r.notes) for r in results] == [([], None, [NOTE])] * 2
+    assert engine.info.name == "null" and input_budget(settings).max_side == 2000
+    with pytest.raises(ValueError):
+        engine.infer([np.zeros((4, 5), np.uint8)])  # grey: the OCR replica must have made it RGB

@@ -17,6 +17,10 @@ def _engine_class(name: str):
         from app.engines.vlm import VLMEngine
 
         return VLMEngine
+    if name == "null":
+        from app.engines.null import NullEngine
+
+        return NullEngine
     raise ValueError(f"unknown engine '{name}'")
 
 
@@ -30,4 +34,6 @@ def build_engine(settings: Settings, threads: int, gpu_share: float = 1.0) -> OC
     engine_class = _engine_class(settings.engine)
     if settings.engine == "vlm":
         return engine_class(settings, threads=threads, gpu_share=gpu_share)
+    if settings.engine == "null":
+        return engine_class(threads=threads)
     return engine_class(settings, threads=threads)
