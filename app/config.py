@@ -44,7 +44,13 @@ class BatchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_batch_size: int = Field(8, ge=1, description="Most pages in one engine call.")
-    batch_wait_timeout_s: float = Field(0.05, ge=0, description="How long a partial batch waits to fill.")
+    batch_wait_timeout_s: float = Field(
+        0.05, ge=0, description="How long a partial batch waits to fill, while the replica already runs a batch."
+    )
+    wait_when_idle: bool = Field(
+        False, description="Also wait batch_wait_timeout_s when the replica runs no batch; by default a page "
+        "reaching an idle replica starts at once (pages queue, and batches fill, while one runs)."
+    )
     max_concurrent_batches: int = Field(1, ge=1, description="Batches one replica runs at once.")
     max_batch_pixels: int = Field(
         32_000_000, gt=0, description="Pixel budget of one batch; a single page always fits."

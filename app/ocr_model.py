@@ -126,6 +126,7 @@ class OCRModel:
         self._batcher = None
         self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
         self._waiting = 0  # pages in the batcher not yet in a batch: the ocr_queue_pages gauge
+        self._running = 0  # batches in the engine now: an idle replica does not wait for a batch to fill
         if settings.ocr_autoscaling:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
             metrics.set_gauge("ocr_replicas_max", settings.ocr_autoscaling.max_replicas)
         self.reconfigure(settings.batching.model_dump())
@@ -143,9 +144,16 @@ class OCRModel:
             )(self._run_batch)
         else:
             self._batcher.set_max_batch_size(config.max_batch_size)
-            self._batcher.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
         self._config = config
+        self._set_batch_wait()
         logger.info("batching: %s", config)
+
+    def _set_batch_wait(self) -> None:
+        """Serve's batcher waits the timeout in force when a batch's first page arrives. A page that
+        reaches an idle replica has nobody to wait for: it starts at once, and the pages that come
+        while it runs queue and wait to fill the next batch (what the timeout is for)."""
+        busy = self._running > 0 or self._config.wait_when_idle
+        self._batcher.set_batch_wait_timeout_s(self._config.batch_wait_timeout_s if busy else 0.0)
 
     def _batch_cost(self, pages: list) -> int:
         """Against the config in force now, so that live changes of the knobs apply to the cost too."""
@@ -191,7 +199,13 @@ class OCRModel:
             metrics.stage("queue_wait", now - queued.since)
         self._queue_changed(-len(batch))
         waits_ms = [round((now - queued.since) * 1000, 1) for queued in batch]
-        return await asyncio.to_thread(self._infer_batch, [queued.page for queued in batch], waits_ms)
+        self._running += 1
+        self._set_batch_wait()
+        try:
+            return await asyncio.to_thread(self._infer_batch, [queued.page for queued in batch], waits_ms)
+        finally:
+            self._running -= 1
+            self._set_batch_wait()
 
     def _infer_batch(self, pages: list[PagePayload], waits_ms: Optional[list] = None) -> list:
         """One result or one exception per page: a bad page never fails its batch-mates."""

@@ -90,8 +90,10 @@ def test_concurrent_identical_requests_equal_one_and_share_batches(client, invoi
         return client.post("/v1/ocr", files={"file": ("i.png", invoice_png, "image/png")})
 
     single = post().json()["pages"][0]
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(lambda _: post(), range(8)))
+    # 16 at once on 4 replicas: a page that finds its replica idle starts alone, the ones that
+    # come while it runs wait to fill the next batch.
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        responses = list(pool.map(lambda _: post(), range(16)))
     assert all(r.status_code == 200 for r in responses)
     pages = [r.json()["pages"][0] for r in responses]
     for page in pages:
@@ -99,6 +101,16 @@ def test_concurrent_identical_requests_equal_one_and_share_batches(client, invoi
         assert page["blocks"] == single["blocks"]
     batch_sizes = [page["batch"]["size"] for page in pages]
     assert max(batch_sizes) > 1, batch_sizes
+
+
+def test_a_page_reaching_an_idle_replica_does_not_wait_for_a_batch_to_fill(client, invoice_png):
+    """The session's batch_wait_timeout_s is 0.3 s: a lone page used to wait all of it."""
+    waits = []
+    for _ in range(3):  # one after another: each finds its replica idle
+        answer = client.post("/v1/ocr", files={"file": ("i.png", invoice_png, "image/png")})
+        assert answer.status_code == 200
+        waits.append(answer.json()["pages"][0]["timings_ms"]["queue_wait"])
+    assert max(waits) < 150, waits
 
 
 @pytest.mark.parametrize(
