@@ -6,6 +6,11 @@ agent serves them on its metrics export port (`python -m app --metrics-port`,
 Prometheus sees each name with Ray's prefix (`ocr_pages_total` is scraped as
 `ray_ocr_pages_total`), and Serve adds the deployment, replica and application labels.
 
+Ray exports a histogram's `_bucket` and `_count` exactly but its `_sum` from bucket
+midpoints (ray/_private/telemetry/open_telemetry_metric_recorder.py): query quantiles of the
+buckets, and a mean as a counter over `_count` (pages per batch: ocr_pages_total over
+ocr_batch_pages_count), never `_sum / _count`.
+
 Our labels are few and bounded: route templates, HTTP status codes, error codes,
 stage names, engine names, job statuses. Never a request id, file name or key.
 Recording never raises: a metric must not fail a page.

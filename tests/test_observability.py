@@ -175,11 +175,13 @@ def test_prometheus_counts_exactly_the_pages_and_requests_sent(service, promethe
     assert stages == {"decode": 1, "render": 6, "resize_encode": 7, "queue_wait": 7, "postprocess": 7,
                       "read_upload": 4, "total": 3} | {"engine": stages.get("engine")}, stages
     assert 1 <= stages["engine"] <= 7  # batches: 7 pages in between 1 and 7 engine calls
-    # One observation per engine call in both batch histograms; every batch within max_batch_size 8,
-    # none of them alone (7 pages in 3 requests sent one after another: the 4-page PDF batches).
+    # One observation per engine call in both batch histograms, every batch within max_batch_size 8.
+    # How many pages share a batch depends on timing (a page that finds its replica idle starts
+    # alone), but the mean the dashboard shows is exact: pages over batches. (Ray exports a
+    # histogram's _sum from bucket midpoints, so _sum / _count would not be.)
     assert scalar(prometheus, "sum(ray_ocr_batch_pages_count)") == stages["engine"]
     assert scalar(prometheus, 'sum(ray_ocr_batch_pages_bucket{le=~"8|8.0"})') == stages["engine"]
-    assert scalar(prometheus, 'sum(ray_ocr_batch_pages_bucket{le=~"1|1.0"})') < stages["engine"]
+    assert scalar(prometheus, "sum(ray_ocr_pages_total) / sum(ray_ocr_batch_pages_count)") == 7 / stages["engine"]
     assert scalar(prometheus, "sum(ray_ocr_batch_fill_ratio_count)") == stages["engine"]
     assert scalar(prometheus, 'sum(ray_ocr_batch_fill_ratio_bucket{le=~"1|1.0"})') == stages["engine"]
     p95 = scalar(prometheus, 'histogram_quantile(0.95, sum by (le) (ray_ocr_stage_seconds_bucket{stage="total"}))')
