@@ -2,7 +2,8 @@
 
 Every way an upload can be wrong ends here as a typed 4xx error: empty, of an
 unsupported type, undecodable, too many pixels, too many pages, an encrypted or
-broken PDF, or a page selection that does not exist.
+broken PDF, or a page selection that does not exist (app/page_selection.py).
+The engine's size for a page is app/page_size.py's.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Iterator, Optional
 
 import numpy as np
 import pypdfium2 as pdfium
-from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps
 
 from app.config import Limits
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
+from app.page_selection import parse_page_spec
+from app.page_size import Target
 
 # PDFium is not thread-safe, and the preprocessor decodes in worker threads.
 _PDFIUM_LOCK = threading.Lock()
@@ -50,18 +53,6 @@ class DecodedPage:
         return self.source_size or self.image.size
 
 
-@dataclass(frozen=True)
-class Target:
-    """The engine's input budget: a page is never decoded larger than it needs to be to fill it."""
-
-    max_side: int
-    max_pixels: int
-
-    def scale(self, width: float, height: float) -> float:
-        """The factor (<= 1) that brings a width x height page inside the budget."""
-        return min(1.0, self.max_side / max(width, height), (self.max_pixels / (width * height)) ** 0.5)
-
-
 def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
     """'pdf' or 'image', from the bytes themselves; the declared type only decides 415 vs 422."""
     if not data:
@@ -81,53 +72,6 @@ def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
     if declared.startswith("image/"):
         return "image"  # let the decoder try, and say 422 if it cannot
     raise UnsupportedMediaType("The file is neither a supported image nor a PDF.")
-
-
-def parse_page_spec(spec: Optional[str], page_count: int, max_pages: int) -> list[int]:
-    """'1-3,7' -> [0, 1, 2, 6]; '5-' is page 5 to the end (0-based, in document order, no repeats), within the page limit.
-
-    The count is checked before any list is built: a file may claim 2**31 frames, and a
-    selection may name a range of a billion pages.
-    """
-    if not spec or not spec.strip():
-        ranges = [(0, page_count)] if page_count > 0 else []
-    else:
-        if len(spec) > 1000:
-            raise BadRequest("The page selection is longer than 1000 characters.", code="invalid_pages")
-        ranges = _merge([_parse_range(part.strip(), page_count) for part in spec.split(",")])
-    selected = sum(end - start for start, end in ranges)
-    if selected > max_pages:
-        raise PayloadTooLarge(
-            f"The document has {selected} pages to process; the limit is max_pages={max_pages}. "
-            "Select fewer with the 'pages' parameter.",
-            code="too_many_pages",
-        )
-    return [index for start, end in ranges for index in range(start, end)]
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Half-open ranges sorted and joined, so that repeats count once."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _parse_range(part: str, page_count: int) -> tuple[int, int]:
-    try:
-        first, dash, last = part.partition("-")
-        start = int(first)
-        end = int(last) if last else (page_count if dash else start)  # "5-" runs to the last page
-    except ValueError:
-        raise BadRequest(f"Bad page selection '{part[:40]}': use e.g. '1-3,7'.", code="invalid_pages") from None
-    if start < 1 or end < start or end > page_count:
-        raise BadRequest(
-            f"Page selection '{part[:40]}' is outside the document's {page_count} page(s).", code="invalid_pages"
-        )
-    return start - 1, end
 
 
 def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits,
@@ -335,26 +279,3 @@ def _page_dpi(width_pt: float, height_pt: float, limits: Limits) -> float:
     if pixels > limits.max_pdf_page_pixels:
         dpi *= (limits.max_pdf_page_pixels / pixels) ** 0.5
     return dpi
-
-
-def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Image.Image, float]:
-    """Downscale (never upscale) so the image fits the engine's input budget; returns the scale used.
-
-    Pillow's bilinear filter, which when shrinking is a triangle filter as wide as the scale
-    (antialiased, unlike OpenCV's): half Lanczos' cost, and PP-OCR scales its input
-    bilinearly itself. reducing_gap: a whole factor first with a box filter (cheap), the
-    filter over the last factor of at most 3 ("indistinguishable from fair resampling in most
-    cases", Pillow's documentation)."""
-    width, height = img.size
-    scale = Target(max_side, max_pixels).scale(width, height)
-    if scale >= 1.0:
-        return img, 1.0
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    return img.resize(size, Image.Resampling.BILINEAR, reducing_gap=3.0), scale
-
-
-def as_rgb(pixels: np.ndarray) -> np.ndarray:
-    """What the engines take: HxWx3 uint8. A grey page travels as one channel, a third of the bytes."""
-    if pixels.ndim == 2:
-        return np.repeat(pixels[:, :, None], 3, axis=2)
-    return pixels

@@ -19,7 +19,7 @@ from ray import serve
 
 from app import metrics
 from app.config import BatchConfig, Settings
-from app.documents import as_rgb
+from app.page_size import as_rgb
 from app.engines import build_engine
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload

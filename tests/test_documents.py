@@ -9,7 +9,9 @@ import pytest
 from PIL import Image
 
 from app.config import Limits
-from app.documents import Target, as_rgb, fit_to_budget, iter_pages, load_pages, parse_page_spec, sniff_kind
+from app.documents import iter_pages, load_pages, sniff_kind
+from app.page_selection import parse_page_spec
+from app.page_size import Target, as_rgb, fit_to_budget
 from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 from tests.conftest import pdf_bytes, png_bytes
 

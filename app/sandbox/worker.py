@@ -65,7 +65,8 @@ class Session:
         self._pages = None
 
     def open(self, header: dict, blob: bytes) -> dict:
-        from app.documents import Target, iter_pages
+        from app.documents import iter_pages
+        from app.page_size import Target
 
         self.close()
         target = Target(self._budget["max_side"], self._budget["max_pixels"])
@@ -73,7 +74,7 @@ class Session:
         return {"type": "opened"}
 
     def next(self) -> tuple[dict, bytes]:
-        from app.documents import fit_to_budget
+        from app.page_size import fit_to_budget
 
         if self._pages is None:
             return {"type": "end"}, b""

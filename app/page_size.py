@@ -1,0 +1,43 @@
+"""The size and form in which a page reaches the engine: within its input budget, as RGB. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class Target:
+    """The engine's input budget: a page is never decoded larger than it needs to be to fill it."""
+
+    max_side: int
+    max_pixels: int
+
+    def scale(self, width: float, height: float) -> float:
+        """The factor (<= 1) that brings a width x height page inside the budget."""
+        return min(1.0, self.max_side / max(width, height), (self.max_pixels / (width * height)) ** 0.5)
+
+
+def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Image.Image, float]:
+    """Downscale (never upscale) so the image fits the engine's input budget; returns the scale used.
+
+    Pillow's bilinear filter, which when shrinking is a triangle filter as wide as the scale
+    (antialiased, unlike OpenCV's): half Lanczos' cost, and PP-OCR scales its input
+    bilinearly itself. reducing_gap: a whole factor first with a box filter (cheap), the
+    filter over the last factor of at most 3 ("indistinguishable from fair resampling in most
+    cases", Pillow's documentation)."""
+    width, height = img.size
+    scale = Target(max_side, max_pixels).scale(width, height)
+    if scale >= 1.0:
+        return img, 1.0
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return img.resize(size, Image.Resampling.BILINEAR, reducing_gap=3.0), scale
+
+
+def as_rgb(pixels: np.ndarray) -> np.ndarray:
+    """What the engines take: HxWx3 uint8. A grey page travels as one channel, a third of the bytes."""
+    if pixels.ndim == 2:
+        return np.repeat(pixels[:, :, None], 3, axis=2)
+    return pixels
