@@ -11,6 +11,7 @@ Each document holds one worker, so documents decode in parallel, one per process
   pool.py      the parent side: `DecodeSandbox`, the pool a Preprocessor replica owns
 """
 
-from app.sandbox.pool import DecodeSandbox, RenderedPage
+from app.sandbox.pool import DecodeSandbox
+from app.sandbox.protocol import RenderedPage
 
 __all__ = ["DecodeSandbox", "RenderedPage"]

@@ -18,10 +18,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import AsyncIterator, Optional
-
-import numpy as np
 
 from app.config import Limits
 from app.errors import (
@@ -32,7 +29,15 @@ from app.errors import (
     UnprocessableDocument,
     UnsupportedMediaType,
 )
-from app.sandbox.protocol import PREFIX, ProtocolError, decode_header, encode_frame, parse_header
+from app.sandbox.protocol import (
+    PREFIX,
+    ProtocolError,
+    RenderedPage,
+    decode_header,
+    encode_frame,
+    page_from_frame,
+    parse_header,
+)
 
 logger = logging.getLogger("ray.serve")
 
@@ -40,22 +45,6 @@ logger = logging.getLogger("ray.serve")
 _WORKER_ERRORS = {cls.__name__: cls for cls in
                   (BadRequest, PayloadTooLarge, UnsupportedMediaType, UnprocessableDocument, DocumentTooComplex)}
 WORKER_START_TIMEOUT_S = 60.0
-
-
-@dataclass
-class RenderedPage:
-    """One page as the worker left it: engine-sized pixels plus the geometry to map boxes back."""
-
-    page_number: int
-    image: np.ndarray  # uint8 HxW (L) or HxWx3 (RGB), a view of the worker's bytes
-    width: int
-    height: int
-    source_width: int
-    source_height: int
-    scale: float
-    dpi: Optional[float]
-    decode_ms: float
-    resize_encode_ms: float
 
 
 class DecoderTimeout(Exception):
@@ -273,32 +262,11 @@ class DecodeSandbox:
 
     def _checked_page(self, worker: DecoderProcess, header: dict, blob: bytes, label: str) -> RenderedPage:
         try:
-            return self._page(header, blob)
+            return page_from_frame(header, blob, self._max_side, self._max_pixels)
         except (ProtocolError, KeyError, TypeError, ValueError) as exc:
             worker.kill()
             logger.error("decoder pid %s sent a bad page for %s: %s", worker.pid, label, exc)
             raise ServiceUnavailable("The document decoder failed; retry.", code="decoder_unavailable") from None
-
-    def _page(self, header: dict, blob: bytes) -> RenderedPage:
-        return RenderedPage(
-            page_number=int(header["page_number"]), image=self._pixels(header, blob), width=int(header["width"]),
-            height=int(header["height"]), source_width=int(header["source_width"]),
-            source_height=int(header["source_height"]), scale=float(header["scale"]),
-            dpi=None if header.get("dpi") is None else float(header["dpi"]),
-            decode_ms=float(header["decode_ms"]), resize_encode_ms=float(header["resize_encode_ms"]),
-        )
-
-    def _pixels(self, header: dict, blob: bytes) -> np.ndarray:
-        """The page's pixels, once its size, mode and length are what a page within budget has:
-        a worker that a crafted file subverted can send anything."""
-        width, height, mode = header.get("width"), header.get("height"), header.get("mode")
-        channels = {"L": 1, "RGB": 3}.get(mode)
-        sizes_ok = all(isinstance(side, int) and 0 < side <= self._max_side for side in (width, height))
-        if channels is None or not sizes_ok or width * height > self._max_pixels \
-                or len(blob) != width * height * channels:
-            raise ProtocolError(f"page of {width!r}x{height!r} {mode!r} with {len(blob)} bytes")
-        shape = (height, width) if channels == 1 else (height, width, channels)
-        return np.frombuffer(blob, dtype=np.uint8).reshape(shape)
 
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self._idle if w.alive()]

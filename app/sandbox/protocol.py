@@ -1,4 +1,4 @@
-"""Frames between a Preprocessor and its decoder processes.
+"""Frames between a Preprocessor and its decoder processes, and the page frame read back.
 
 A frame is an 8-byte prefix (header length, blob length), a JSON header and a raw blob.
 JSON rather than pickle: a worker that a crafted file managed to subvert can send
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import BinaryIO, Optional
+
+import numpy as np
 
 PREFIX = struct.Struct(">II")
 MAX_HEADER_BYTES = 1 << 20
@@ -17,6 +20,46 @@ MAX_HEADER_BYTES = 1 << 20
 
 class ProtocolError(Exception):
     """The other side closed the pipe or sent something that is not a frame."""
+
+
+@dataclass
+class RenderedPage:
+    """One page as the worker left it: engine-sized pixels plus the geometry to map boxes back."""
+
+    page_number: int
+    image: np.ndarray  # uint8 HxW (L) or HxWx3 (RGB), a view of the worker's bytes
+    width: int
+    height: int
+    source_width: int
+    source_height: int
+    scale: float
+    dpi: Optional[float]
+    decode_ms: float
+    resize_encode_ms: float
+
+
+def page_from_frame(header: dict, blob: bytes, max_side: int, max_pixels: int) -> RenderedPage:
+    """A `page` frame read back. Raises ProtocolError (or KeyError, TypeError, ValueError on a
+    malformed header) where the frame is not a page within budget."""
+    return RenderedPage(
+        page_number=int(header["page_number"]), image=page_pixels(header, blob, max_side, max_pixels),
+        width=int(header["width"]), height=int(header["height"]), source_width=int(header["source_width"]),
+        source_height=int(header["source_height"]), scale=float(header["scale"]),
+        dpi=None if header.get("dpi") is None else float(header["dpi"]),
+        decode_ms=float(header["decode_ms"]), resize_encode_ms=float(header["resize_encode_ms"]),
+    )
+
+
+def page_pixels(header: dict, blob: bytes, max_side: int, max_pixels: int) -> np.ndarray:
+    """The page's pixels, once its size, mode and length are what a page within budget has:
+    a worker that a crafted file subverted can send anything."""
+    width, height, mode = header.get("width"), header.get("height"), header.get("mode")
+    channels = {"L": 1, "RGB": 3}.get(mode)
+    sizes_ok = all(isinstance(side, int) and 0 < side <= max_side for side in (width, height))
+    if channels is None or not sizes_ok or width * height > max_pixels or len(blob) != width * height * channels:
+        raise ProtocolError(f"page of {width!r}x{height!r} {mode!r} with {len(blob)} bytes")
+    shape = (height, width) if channels == 1 else (height, width, channels)
+    return np.frombuffer(blob, dtype=np.uint8).reshape(shape)
 
 
 def encode_frame(header: dict, blob: bytes = b"") -> bytes:
