@@ -7,6 +7,7 @@ import json
 import os
 import random
 import socket
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass
@@ -70,6 +71,11 @@ def measure_or_render(options, measure: Callable[[], dict], render: Callable[[di
     Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
     print(render(report))
     return 0 if passed(report) else 1
+
+def summary(values: list[float]) -> dict:
+    """A figure over interleaved rounds: its median, its spread, and every round's value."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
+
 
 @dataclass
 class Sample:

@@ -33,7 +33,6 @@ import json
 import os
 import pickle
 import platform
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -44,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset  # noqa: E402
+from load.common import DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset, summary  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 TARGET = 0.25  # after / before, issue 13
@@ -73,6 +72,18 @@ def ray_hop(value):
     return pickle.loads(stored_stream, buffers=stored_buffers)
 
 
+def engine_input_of(documents):
+    """The arm's OCR-replica side: PNG decoding in trees before the raw transport, else as_rgb
+    (in app.documents until it moved to app.page_size)."""
+    if hasattr(documents, "decode_png"):
+        return lambda payload: documents.decode_png(payload.png)
+    try:
+        from app.page_size import as_rgb
+    except ImportError:
+        as_rgb = documents.as_rgb
+    return lambda payload: as_rgb(payload.image)
+
+
 def run_arm(docs_file: str) -> dict:
     """Every set's CPU seconds and pages, measured with the `app` of the arm's tree (the cwd)."""
     sys.path.insert(0, os.getcwd())  # before this repository's root, which the module put first
@@ -86,6 +97,7 @@ def run_arm(docs_file: str) -> dict:
     settings = Settings()
     budget = input_budget(settings)
     sets = pickle.loads(Path(docs_file).read_bytes())
+    engine_input = engine_input_of(documents)
 
     async def one(sandbox, data: bytes, content_type: str) -> int:
         pages = 0
@@ -93,10 +105,7 @@ def run_arm(docs_file: str) -> dict:
             payload = to_payload(page, pages, "cpu_cost")
             for _hop in ("to the ingress", "to the OCR replica"):
                 payload = ray_hop(payload)
-            if getattr(payload, "png", None) is not None:  # trees before the raw transport
-                documents.decode_png(payload.png)
-            else:
-                documents.as_rgb(payload.image)
+            engine_input(payload)
             pages += 1
         return pages
 
@@ -176,7 +185,7 @@ def png_form(image) -> tuple[bytes, callable]:
 def raw_form(image) -> tuple[bytes, callable]:
     import numpy as np
 
-    from app.documents import as_rgb
+    from app.page_size import as_rgb
 
     shape = (image.height, image.width) if image.mode == "L" else (image.height, image.width, 3)
     return image.tobytes(), lambda data: as_rgb(np.frombuffer(data, np.uint8).reshape(shape))
@@ -193,8 +202,9 @@ FORMS = {"png (compress 1)": png_form, "raw uint8": raw_form, "raw + zlib 1": ra
 def transport_table(devset: list, rounds: int) -> dict:
     """CPU ms per page to make each form, carry it one Ray hop, and read it back; its size."""
     from app.config import Settings
-    from app.documents import Target, fit_to_budget, iter_pages
+    from app.documents import iter_pages
     from app.engines import input_budget
+    from app.page_size import Target, fit_to_budget
 
     budget = input_budget(Settings())
     target = Target(budget.max_side, budget.max_pixels)
@@ -202,7 +212,7 @@ def transport_table(devset: list, rounds: int) -> dict:
               for data, content_type in devset
               for page in iter_pages(data, content_type, None, Settings().limits, target)]
     samples: dict = {name: [] for name in FORMS}
-    sizes: dict = {name: 0 for name in FORMS}
+    sizes = {name: sum(len(FORMS[name](image)[0]) for image in images) for name in FORMS}
     for round_ in range(rounds):
         order = list(FORMS) if round_ % 2 == 0 else list(reversed(FORMS))
         for name in order:
@@ -210,17 +220,12 @@ def transport_table(devset: list, rounds: int) -> dict:
             for image in images:
                 blob, read = FORMS[name](image)
                 read(ray_hop(blob))
-                sizes[name] = sizes[name] + len(blob) if round_ == 0 else sizes[name]
             samples[name].append((time.process_time() - started) * 1000 / len(images))
     return {name: {"cpu_ms_per_page": summary(samples[name]), "mean_bytes_per_page": sizes[name] / len(images)}
             for name in FORMS} | {"pages": len(images)}
 
 
 # --- the run, the report ------------------------------------------------------------------------
-
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
-
 
 def measure(options) -> dict:
     sets = page_sets(options.manifest)

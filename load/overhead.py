@@ -37,7 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, measure_or_render  # noqa: E402
+from load.common import add_report_options, commit, local_service, measure_or_render, summary  # noqa: E402
 
 THROUGHPUT_OPTIMIZED_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
                             "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(32 * 2**20)}
@@ -118,10 +118,6 @@ def throughput(url: str, path: str, body: bytes, clients: int, seconds: float) -
 def tally(answers: list) -> dict:
     codes = [code for code, _ in answers]
     return {"ok": codes.count(200), "503": codes.count(503), "failed": len(codes) - codes.count(200) - codes.count(503)}
-
-
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
 
 
 def measure(options) -> dict:
