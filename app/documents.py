@@ -41,16 +41,30 @@ _ACCEPTED_DECLARED = ("image/", "application/pdf", "application/octet-stream")
 
 @dataclass
 class DecodedPage:
-    image: Image.Image  # mode L or RGB, upright
+    # Upright: a Pillow image of mode L or RGB, or, for a rendered PDF page, HxWx3 uint8 RGB
+    # pixels as PDFium left them (Pillow's conversions in and out cost half a render).
+    content: Image.Image | np.ndarray
     page_number: int  # 1-based
     dpi: Optional[float] = None  # a PDF page's resolution: the coordinate space of its boxes
-    # The page as uploaded (a PDF page rendered at `dpi`), where `image` was decoded or
-    # rendered smaller than that to fit the engine's budget; None when it is image.size.
+    # The page as uploaded (a PDF page rendered at `dpi`), where the content was decoded or
+    # rendered smaller than that to fit the engine's budget; None when it is `size`.
     source_size: Optional[tuple[int, int]] = None
 
     @property
+    def image(self) -> Image.Image:
+        if isinstance(self.content, np.ndarray):
+            return Image.fromarray(self.content, "RGB")
+        return self.content
+
+    @property
+    def size(self) -> tuple[int, int]:
+        if isinstance(self.content, np.ndarray):
+            return self.content.shape[1], self.content.shape[0]
+        return self.content.size
+
+    @property
     def source(self) -> tuple[int, int]:
-        return self.source_size or self.image.size
+        return self.source_size or self.size
 
 
 def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
@@ -251,10 +265,12 @@ def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits, target: Op
         source_scale = dpi / 72.0
         source = (math.ceil(width_pt * source_scale), math.ceil(height_pt * source_scale))  # as pypdfium2 sizes it
         scale = _render_scale(width_pt, height_pt, source_scale, target)
-        image = page.render(scale=scale, grayscale=False).to_pil()
+        pixels = page.render(scale=scale, rev_byteorder=True).to_numpy()  # RGB on white, a view of the bitmap
         page.close()
-        reduced = image.size != source
-        return DecodedPage(_to_engine_mode(image), page_number=index + 1, dpi=dpi, source_size=source if reduced else None)
+        if pixels.ndim != 3 or pixels.shape[2] != 3:  # not what PDFium gives for an opaque fill
+            raise UnprocessableDocument(f"PDF page {index + 1} rendered as {pixels.shape}.", code="corrupt_pdf")
+        size = (pixels.shape[1], pixels.shape[0])
+        return DecodedPage(pixels, page_number=index + 1, dpi=dpi, source_size=source if size != source else None)
 
 
 def _render_scale(width_pt: float, height_pt: float, scale: float, target: Optional[Target]) -> float:

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from app.config import Limits
 from app.errors import DocumentTooComplex, UnprocessableDocument
@@ -141,3 +142,37 @@ def test_a_worker_cannot_name_an_error_class_outside_the_list(sandbox):
     error = sandbox._worker_error(DecoderProcess(["true"]), {"type": "error", "class": "OCRServiceError",
                                                             "code": "x", "message": "m"})
     assert type(error) is UnprocessableDocument and error.status == 422
+
+
+def test_a_pdf_page_arrives_through_shared_memory_in_rgb_order(sandbox):
+    """Colour order survives PDFium's RGB render and the shared buffer: a red page stays red, not
+    blue (BGR), and the frame carried no pixels of its own."""
+    left, right = Image.new("RGB", (300, 200), (220, 30, 10)), Image.new("RGB", (300, 200), (10, 30, 220))
+    page_image = Image.new("RGB", (600, 200))
+    page_image.paste(left, (0, 0))
+    page_image.paste(right, (300, 0))
+    worker = DecoderProcess(sandbox._command, sandbox._max_blob)
+    try:
+        worker.exchange({"type": "open", "content_type": "application/pdf", "pages": None},
+                        pdf_bytes([page_image]), TIMEOUT_S)
+        header, blob = worker.exchange({"type": "next"}, b"", TIMEOUT_S)
+    finally:
+        worker.kill()
+    assert header["shared_bytes"] == len(blob) == header["width"] * header["height"] * 3
+    page = sandbox._checked_page(DecoderProcess(["true"]), header, blob, "test")
+    red, blue = page.image[page.height // 2, page.width // 4], page.image[page.height // 2, 3 * page.width // 4]
+    assert red[0] > 200 and red[2] < 40 and blue[2] > 200 and blue[0] < 40, (red, blue)
+
+
+@pytest.mark.parametrize("length", [-1, (1 << 20) + 1, "100", None])
+def test_a_shared_page_length_outside_the_buffer_is_a_protocol_error(length):
+    from app.sandbox.protocol import ProtocolError, SharedPageBuffer
+
+    shared = SharedPageBuffer.create(1 << 20)
+    try:
+        assert shared.write(b"\x07" * 100) == 100 and shared.read(100) == b"\x07" * 100
+        assert shared.write(bytes((1 << 20) + 1)) is None  # too big: the pipe carries it
+        with pytest.raises(ProtocolError):
+            shared.read(length)
+    finally:
+        shared.close()

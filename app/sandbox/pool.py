@@ -33,6 +33,7 @@ from app.sandbox.protocol import (
     PREFIX,
     ProtocolError,
     RenderedPage,
+    SharedPageBuffer,
     decode_header,
     encode_frame,
     page_from_frame,
@@ -62,9 +63,11 @@ class DecoderProcess:
 
     def __init__(self, command: list[str], max_blob_bytes: int = 1 << 30):
         self.max_blob_bytes = max_blob_bytes  # a frame's blob is read into memory allocated up front
+        self.pages = SharedPageBuffer.create(max_blob_bytes)  # where the worker leaves page pixels
+        shared = [str(self.pages.fd)] if self.pages else []
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            command + shared, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
+            pass_fds=(self.pages.fd,) if self.pages else (), env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.ready = False
         self.busy = False  # inside an exchange: its state is unknown if the exchange did not finish
@@ -102,7 +105,12 @@ class DecoderProcess:
         if blob_len > self.max_blob_bytes:
             raise ProtocolError(f"frame blob of {blob_len} bytes")
         header = parse_header(self._read(header_len, deadline))
-        return header, self._read(blob_len, deadline)
+        blob = self._read(blob_len, deadline)
+        if "shared_bytes" in header:  # a page's pixels, left in the shared buffer
+            if self.pages is None:
+                raise ProtocolError("a shared page from a worker given no buffer")
+            blob = self.pages.read(header["shared_bytes"])
+        return header, blob
 
     def _read(self, size: int, deadline: float) -> bytearray:
         """Exactly `size` bytes, read straight into one buffer (a page is megabytes: no joins)."""
@@ -128,6 +136,9 @@ class DecoderProcess:
                 pipe.close()
             except OSError:
                 pass
+        if self.pages is not None:
+            self.pages.close()
+            self.pages = None
 
 
 class DecodeSandbox:

@@ -8,6 +8,8 @@ the parent garbage, but never code to run.
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Optional
@@ -60,6 +62,55 @@ def page_pixels(header: dict, blob: bytes, max_side: int, max_pixels: int) -> np
         raise ProtocolError(f"page of {width!r}x{height!r} {mode!r} with {len(blob)} bytes")
     shape = (height, width) if channels == 1 else (height, width, channels)
     return np.frombuffer(blob, dtype=np.uint8).reshape(shape)
+
+
+class SharedPageBuffer:
+    """Memory the parent and its worker both map, where the worker leaves a page's pixels.
+
+    A page is megabytes: through the pipe it costs a copy into the kernel and one out, plus
+    the parent's reads (load/cpu_cost.py). The parent creates it (an anonymous memfd, gone
+    when both sides close it, whoever dies first) and passes the descriptor to the worker;
+    the page frame then says how many bytes lie at its start. The parent copies them out at
+    once, and only between the worker's answer and its next request, so the worker never
+    writes a page the parent is reading. Whatever a subverted worker writes there is just
+    bytes, checked like any page; its length can never pass the buffer's size.
+    """
+
+    def __init__(self, fd: int, size: int):
+        self.fd, self.size = fd, size
+        self._map = mmap.mmap(fd, size)
+
+    @classmethod
+    def create(cls, size: int) -> Optional["SharedPageBuffer"]:
+        if not hasattr(os, "memfd_create"):
+            return None  # not Linux: pages come through the pipe
+        fd = os.memfd_create("ocr-page", 0)  # inheritable only through Popen's pass_fds
+        os.ftruncate(fd, size)
+        return cls(fd, size)
+
+    @classmethod
+    def attach(cls, fd: int) -> Optional["SharedPageBuffer"]:
+        """The worker's side; None where the buffer does not fit under its memory cap (the pipe then)."""
+        try:
+            return cls(fd, os.fstat(fd).st_size)
+        except (OSError, ValueError):
+            return None
+
+    def write(self, pixels: bytes) -> Optional[int]:
+        """Leaves the pixels at the start; None where they do not fit (they go through the pipe)."""
+        if len(pixels) > self.size:
+            return None
+        self._map[:len(pixels)] = pixels
+        return len(pixels)
+
+    def read(self, length) -> bytes:
+        if not isinstance(length, int) or not 0 <= length <= self.size:
+            raise ProtocolError(f"shared page of {length!r} bytes in a buffer of {self.size}")
+        return self._map[:length]
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self.fd)
 
 
 def encode_frame(header: dict, blob: bytes = b"") -> bytes:

@@ -1,4 +1,4 @@
-"""The decoder process: `python -m app.sandbox.worker MEMORY_MB LIMITS_JSON BUDGET_JSON`.
+"""The decoder process: `python -m app.sandbox.worker MEMORY_MB LIMITS_JSON BUDGET_JSON [PAGE_FD]`.
 
 It caps its own address space before it reads a byte of input, then serves one
 document at a time from stdin, one page per `next`:
@@ -8,6 +8,8 @@ document at a time from stdin, one page per `next`:
 
 A page travels as its raw 8-bit pixels (mode L or RGB, row by row, at engine size): no
 encoding here and no decoding in the OCR replica (load/cpu_cost.py measured the choices).
+Given PAGE_FD (the parent's SharedPageBuffer), the pixels are left there and the page frame
+names their length (`shared_bytes`) instead of carrying them.
 
 Everything it computes is pure `app.documents`; what runs here can only hurt this process.
 """
@@ -59,9 +61,10 @@ def error_header(exc: BaseException) -> dict:
 class Session:
     """One open document and the page iterator over it."""
 
-    def __init__(self, limits, budget: dict):
+    def __init__(self, limits, budget: dict, shared=None):
         self._limits = limits
         self._budget = budget
+        self._shared = shared  # SharedPageBuffer, or None: pixels go in the frame
         self._pages = None
 
     def open(self, header: dict, blob: bytes) -> dict:
@@ -74,8 +77,6 @@ class Session:
         return {"type": "opened"}
 
     def next(self) -> tuple[dict, bytes]:
-        from app.page_size import fit_to_budget
-
         if self._pages is None:
             return {"type": "end"}, b""
         start = time.perf_counter()
@@ -84,17 +85,33 @@ class Session:
             self.close()
             return {"type": "end"}, b""
         decoded = time.perf_counter()
-        image, _ = fit_to_budget(page.image, self._budget["max_side"], self._budget["max_pixels"])
-        pixels = image.tobytes()
+        (width, height), mode, pixels = self._engine_sized(page)
         source_width, source_height = page.source
         header = {
-            "type": "page", "page_number": page.page_number, "width": image.width, "height": image.height,
-            "mode": image.mode, "source_width": source_width, "source_height": source_height,
-            "scale": image.width / source_width, "dpi": page.dpi,
+            "type": "page", "page_number": page.page_number, "width": width, "height": height,
+            "mode": mode, "source_width": source_width, "source_height": source_height,
+            "scale": width / source_width, "dpi": page.dpi,
             "decode_ms": round((decoded - start) * 1000, 1),
             "resize_encode_ms": round((time.perf_counter() - decoded) * 1000, 1),
         }
+        shared_bytes = self._shared.write(pixels) if self._shared else None
+        if shared_bytes is not None:
+            header["shared_bytes"] = shared_bytes
+            return header, b""
         return header, pixels
+
+    def _engine_sized(self, page) -> tuple[tuple[int, int], str, bytes | memoryview]:
+        """The page within the engine's budget, as raw rows: a rendered PDF page's pixels as
+        they are (PDFium rendered them at that size), any other image resized by Pillow."""
+        import numpy as np
+
+        from app.page_size import Target, fit_to_budget
+
+        max_side, max_pixels = self._budget["max_side"], self._budget["max_pixels"]
+        if isinstance(page.content, np.ndarray) and Target(max_side, max_pixels).scale(*page.size) >= 1.0:
+            return page.size, "RGB", memoryview(np.ascontiguousarray(page.content)).cast("B")
+        image, _ = fit_to_budget(page.image, max_side, max_pixels)
+        return image.size, image.mode, image.tobytes()
 
     def count(self, header: dict, blob: bytes) -> dict:
         """The page numbers a selection names, for a job; nothing is rendered."""
@@ -152,8 +169,10 @@ def main(argv: list[str]) -> int:
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     from app.config import Limits
+    from app.sandbox.protocol import SharedPageBuffer
 
-    session = Session(Limits.model_validate(json.loads(limits_json)), json.loads(budget_json))
+    shared = SharedPageBuffer.attach(int(argv[4])) if len(argv) > 4 else None
+    session = Session(Limits.model_validate(json.loads(limits_json)), json.loads(budget_json), shared)
     serve_forever(sys.stdin.buffer, protocol_out, session)
     return 0
 
