@@ -143,9 +143,10 @@ class BareEngine:
 
         texts = []
         for page in load_pages(data, content_type, None, self.settings.limits):
-            rgb = np.asarray(page.image.convert("RGB"))
+            image = page.image
+            rgb = np.asarray(image.convert("RGB"))
             [result] = self.engine.infer([rgb])
-            payload = PagePayload("bare", 0, page.page_number, None, page.image.width, page.image.height,
-                                  page.image.width, page.image.height, 1.0, page.dpi)
+            payload = PagePayload("bare", 0, page.page_number, None, image.width, image.height,
+                                  image.width, image.height, 1.0, page.dpi)
             texts.append(build_page_result(PageOCR(payload, result, 1, payload.pixels))["text"])
         return "\n\n".join(texts)

@@ -7,7 +7,8 @@ Each arm is a tree of this repository: `--before REF` (taken out with `git archi
 working tree (`after`). An arm runs, in a fresh process of its own, what a page costs on its
 way to the engine, with that tree's code:
   - the Preprocessor's decoder sandbox (the tree's own decoder worker: decode or render,
-    resize, the page's form on the wire), and the parent's side of the pipe;
+    resize, the page's form on the wire), and the parent's side of the pipe and of the
+    shared page buffer;
   - the payload's two hops, Preprocessor -> Ingress -> OCR replica, each as Ray makes it:
     pickle 5 with out-of-band buffers (arrays), the stream and each buffer copied once into
     the object store, read back without a copy (`ray_hop`);
