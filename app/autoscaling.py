@@ -1,15 +1,25 @@
-"""Replicas sized from queue length: a custom Ray Serve autoscaling policy (a pure function).
+"""Replicas sized from the pages in flight: custom Ray Serve autoscaling policies (pure).
 
-desired = ceil(pages queued + running / one replica's batch capacity), where the capacity is
-what the replicas report as `batch_capacity` (their batch after the warm-up clamped it to the
-device, x max_concurrent_batches), else the deployment's `target_ongoing_requests`. Then:
+Both count the same load, `ctx.total_num_requests`: pages queued at the handles and running
+in the replicas (one OCR request is one page). They differ in how many pages one replica may
+hold before another is asked for:
+- `ServiceRatePolicy` (policy: service_rate, the default): as many as it clears within
+  `target_queue_wait_s`, from the seconds per page the replicas measure of themselves
+  (app/service_rate.py, reported as `seconds_per_page`). A slow engine (PP-OCR on a CPU,
+  seconds a page) gets replicas after a few pages; a fast one (a GPU batch) only when it
+  would really fall behind. Until a replica has measured itself it falls back on:
+- `queue_policy` (policy: queue_capacity): one replica's batch capacity, what the replicas
+  report as `batch_capacity` (their batch as the warm-up clamped it to the device, x
+  max_concurrent_batches), else the deployment's `target_ongoing_requests`. It knows nothing
+  of speed: 16 pages a replica whether a page takes 10 ms or 3 s.
+Then, for both:
 - hysteresis: scale down only when the load fits in fewer replicas with `DOWN_MARGIN` to
   spare, so a load hovering at a boundary holds the count instead of flapping;
 - a step limit: at most double (at least +1) up, at most a quarter (at least -1) down per decision;
 - a floor and ceiling: the capacity-adjusted min and max replicas.
 Decisions start from the target, not the running count, so a replica that died is replaced
 rather than read as a reason to scale down. Ray Serve applies `upscale_delay_s` and
-`downscale_delay_s` to what this returns (its decision counters live in `policy_state`,
+`downscale_delay_s` to what these return (its decision counters live in `policy_state`,
 which is passed through untouched), so a trend must last that long before it acts.
 """
 
@@ -17,7 +27,10 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+import statistics
+from typing import Any, Optional
+
+from app.service_rate import METRIC as SECONDS_PER_PAGE_METRIC
 
 logger = logging.getLogger("ray.serve")
 
@@ -26,22 +39,44 @@ DOWN_MARGIN = 0.8  # scale down only if the load would fill the smaller fleet to
 
 
 def queue_policy(ctx) -> tuple[int, dict[str, Any]]:
+    """policy: queue_capacity."""
+    return _decide(ctx, _capacity(ctx.config, _reported(ctx, CAPACITY_METRIC, min)), "capacity")
+
+
+class ServiceRatePolicy:
+    """policy: service_rate. Ray Serve builds it once with `policy_kwargs` and calls it each tick."""
+
+    def __init__(self, target_queue_wait_s: float = 10.0):
+        if not target_queue_wait_s > 0:
+            raise ValueError("target_queue_wait_s must be positive")
+        self.target_queue_wait_s = float(target_queue_wait_s)
+
+    def __call__(self, ctx) -> tuple[int, dict[str, Any]]:
+        seconds_per_page = _reported(ctx, SECONDS_PER_PAGE_METRIC, statistics.median)
+        if not seconds_per_page:
+            return queue_policy(ctx)  # nobody has measured a batch yet
+        # At least one page each: a replica always takes the page in front of it.
+        per_replica = max(1.0, self.target_queue_wait_s / seconds_per_page)
+        return _decide(ctx, per_replica, f"service rate {seconds_per_page:.3f} s/page")
+
+
+def _decide(ctx, per_replica: float, why: str) -> tuple[int, dict[str, Any]]:
+    """The replicas that hold `load` at `per_replica` pages each, with hysteresis and step limits."""
     current = max(ctx.target_num_replicas, 0)
-    capacity = _capacity(ctx.config, _reported_capacity(ctx))
     load = max(float(ctx.total_num_requests or 0.0), 0.0)
-    wanted = math.ceil(load / capacity)
+    wanted = math.ceil(load / per_replica)
     floor, ceiling = ctx.capacity_adjusted_min_replicas, ctx.capacity_adjusted_max_replicas
 
     if wanted > current:
         desired = min(wanted, current + max(1, current))
-    elif current > floor and load <= DOWN_MARGIN * (current - 1) * capacity:
+    elif current > floor and load <= DOWN_MARGIN * (current - 1) * per_replica:
         desired = max(wanted, current - max(1, current // 4))
     else:
         desired = current
     desired = max(floor, min(ceiling, desired))
     if desired != current:
-        logger.debug("queue_policy %s: wants %d -> %d (%.1f pages in flight, %.0f per replica)",
-                     ctx.deployment_name, current, desired, load, capacity)
+        logger.debug("autoscaling %s: wants %d -> %d (%.1f pages in flight, %.1f per replica by %s)",
+                     ctx.deployment_name, current, desired, load, per_replica, why)
     return desired, dict(ctx.policy_state or {})
 
 
@@ -54,10 +89,11 @@ def _capacity(config, reported: float | None = None) -> float:
     return float(target) if target and target > 0 else 1.0
 
 
-def _reported_capacity(ctx) -> float | None:
-    """The smallest `batch_capacity` the OCR replicas report (OCRModel.record_autoscaling_stats)."""
+def _reported(ctx, metric: str, combine) -> Optional[float]:
+    """The replicas' positive reports of `metric` (OCRModel.record_autoscaling_stats), combined."""
     try:
-        values = [v for v in ((ctx.aggregated_metrics or {}).get(CAPACITY_METRIC) or {}).values() if v and v > 0]
-    except Exception:  # a policy must never raise: fall back to the configured target
+        values = [float(v) for v in ((ctx.aggregated_metrics or {}).get(metric) or {}).values()
+                  if v and v > 0 and math.isfinite(v)]
+    except Exception:  # a policy must never raise: fall back
         return None
-    return float(min(values)) if values else None
+    return float(combine(values)) if values else None

@@ -81,7 +81,10 @@ def ocr_scaling_options(settings: Settings) -> dict:
         "downscale_delay_s": scaling.downscale_delay_s,
         "look_back_period_s": scaling.look_back_period_s,
     }
-    if scaling.policy == "queue":
+    if scaling.policy == "service_rate":
+        config["policy"] = {"policy_function": "app.autoscaling:ServiceRatePolicy",
+                            "policy_kwargs": {"target_queue_wait_s": scaling.target_queue_wait_s}}
+    elif scaling.policy == "queue_capacity":
         config["policy"] = {"policy_function": "app.autoscaling:queue_policy"}
     return options | {"autoscaling_config": config}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Limits(BaseModel):
@@ -89,9 +89,21 @@ class OCRAutoscaling(BaseModel):
     look_back_period_s: float = Field(
         30.0, gt=10, description="Window over which queue length is averaged (must exceed Serve's 10 s metrics interval)."
     )
-    policy: Literal["queue", "serve_default"] = Field(
-        "queue", description="queue: app.autoscaling.queue_policy; serve_default: Ray Serve's own."
+    policy: Literal["service_rate", "queue_capacity", "serve_default"] = Field(
+        "service_rate",
+        description="service_rate: replicas enough to clear the pages in flight within target_queue_wait_s at "
+                    "the speed the replicas measure (app.autoscaling.ServiceRatePolicy); queue_capacity: one "
+                    "replica per batch capacity of pages in flight (app.autoscaling.queue_policy); "
+                    "serve_default: Ray Serve's own.",
     )
+    target_queue_wait_s: float = Field(
+        10.0, gt=0, description="service_rate: the pages queued and running should clear within this many seconds."
+    )
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _old_policy_name(cls, value):
+        return "queue_capacity" if value == "queue" else value  # its name before service_rate existed
 
     @model_validator(mode="after")
     def _ordered(self) -> "OCRAutoscaling":

@@ -44,6 +44,8 @@ SPEC: dict[str, tuple] = {
     "ocr_batch_fill_ratio": ("histogram", "A batch's pixels over batching.max_batch_pixels", (),
                              [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]),
     "ocr_queue_pages": ("gauge", "Pages waiting in this OCR replica's batcher", (), None),
+    "ocr_seconds_per_page": ("gauge", "This OCR replica's busy seconds per page, a moving average over "
+                             "recent batches (what the service_rate autoscaling policy reads)", (), None),
     "ocr_gpu_memory_used_bytes": ("gauge", "Memory used on this OCR replica's GPU (NVML; only where there is one)",
                                   (), None),
     "ocr_gpu_memory_total_bytes": ("gauge", "Memory of this OCR replica's GPU (NVML)", (), None),

@@ -23,6 +23,8 @@ from app.page_size import as_rgb
 from app.engines import build_engine
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
+from app.service_rate import METRIC as SECONDS_PER_PAGE
+from app.service_rate import ServiceRate
 from app.telemetry import assigned_gpu_id, gpu_snapshot
 
 logger = logging.getLogger("ray.serve")
@@ -127,6 +129,7 @@ class OCRModel:
         self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
         self._waiting = 0  # pages in the batcher not yet in a batch: the ocr_queue_pages gauge
         self._running = 0  # batches in the engine now: an idle replica does not wait for a batch to fill
+        self._rate = ServiceRate()  # its seconds per page, for the service_rate autoscaling policy
         if settings.ocr_autoscaling:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
             metrics.set_gauge("ocr_replicas_max", settings.ocr_autoscaling.max_replicas)
         self.reconfigure(settings.batching.model_dump())
@@ -201,9 +204,14 @@ class OCRModel:
         waits_ms = [round((now - queued.since) * 1000, 1) for queued in batch]
         self._running += 1
         self._set_batch_wait()
+        self._rate.batch_started()
+        done = 0
         try:
-            return await asyncio.to_thread(self._infer_batch, [queued.page for queued in batch], waits_ms)
+            outcomes = await asyncio.to_thread(self._infer_batch, [queued.page for queued in batch], waits_ms)
+            done = sum(not isinstance(outcome, BaseException) for outcome in outcomes)
+            return outcomes
         finally:
+            self._rate.batch_finished(done)  # a batch that failed or was cancelled is not a speed
             self._running -= 1
             self._set_batch_wait()
 
@@ -287,8 +295,14 @@ class OCRModel:
         }
 
     def record_autoscaling_stats(self) -> dict:
-        """For app.autoscaling.queue_policy: pages this replica takes at once, as clamped to its device."""
-        return {"batch_capacity": float(self._config.max_batch_size * self._config.max_concurrent_batches)}
+        """For app/autoscaling.py: pages this replica takes at once, as clamped to its device, and
+        once it has run a batch, its measured seconds per page."""
+        stats = {"batch_capacity": float(self._config.max_batch_size * self._config.max_concurrent_batches)}
+        seconds_per_page = self._rate.seconds_per_page
+        if seconds_per_page is not None:
+            stats[SECONDS_PER_PAGE] = seconds_per_page
+            metrics.set_gauge("ocr_seconds_per_page", seconds_per_page)
+        return stats
 
     def check_health(self) -> None:
         self._engine.check_health()

@@ -1,11 +1,12 @@
-"""The queue-length policy on tables of contexts: no cluster needed."""
+"""The autoscaling policies on tables of contexts, and the service rate they read: no cluster needed."""
 
 from __future__ import annotations
 
 import pytest
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from app.autoscaling import queue_policy
+from app.autoscaling import ServiceRatePolicy, queue_policy
+from app.service_rate import ServiceRate
 
 CONFIG = AutoscalingConfig(min_replicas=1, max_replicas=16, target_ongoing_requests=8,
                            upscale_delay_s=5, downscale_delay_s=60)
@@ -78,3 +79,92 @@ def test_the_target_follows_the_capacity_the_replicas_measured():
     assert queue_policy(context(target=2, load=16, now=0.0, metrics=clamped))[0] == 4  # 16/2 = 8, doubling from 2
     unusable = {"batch_capacity": {"r1": 0.0}}  # nothing usable: the configured target
     assert queue_policy(context(target=2, load=16, now=0.0, metrics=unusable))[0] == 2
+
+
+# --- service_rate: replicas from measured seconds per page ---------------------------------------
+
+def rate(seconds_per_page: float, *more: float) -> dict:
+    return {"seconds_per_page": {f"r{i}": value for i, value in enumerate((seconds_per_page, *more))}}
+
+
+def test_a_slow_engine_gets_replicas_after_a_few_pages_not_a_full_batch_capacity():
+    """PP-OCR on a CPU at 2.5 s a page clears 4 pages in 10 s: 12 pages in flight want 3 replicas,
+    where queue_capacity (8 pages each) holds 2 for the same load."""
+    policy = ServiceRatePolicy(target_queue_wait_s=10)
+    assert policy(context(target=1, load=12, now=0, metrics=rate(2.5)))[0] == 2  # doubling from 1
+    assert policy(context(target=2, load=12, now=1, metrics=rate(2.5)))[0] == 3
+    assert queue_policy(context(target=2, load=12, now=1, metrics=rate(2.5)))[0] == 2
+
+
+def test_a_fast_engine_holds_its_replicas_under_a_load_a_batch_capacity_would_scale_for():
+    """A GPU at 20 ms a page clears 500 pages in 10 s: 200 in flight need 1 replica, not 25."""
+    policy = ServiceRatePolicy(target_queue_wait_s=10)
+    assert policy(context(target=1, load=200, now=0, metrics=rate(0.02)))[0] == 1
+    assert queue_policy(context(target=1, load=200, now=0))[0] == 2
+
+
+def test_the_median_replica_speaks_and_reports_that_are_not_rates_are_ignored():
+    policy = ServiceRatePolicy(target_queue_wait_s=10)
+    # 1, 2 and 100 s/page: the median, 2 s, gives 5 pages per replica; 20 pages want 4.
+    assert policy(context(target=4, load=20, now=0, metrics=rate(1.0, 2.0, 100.0)))[0] == 4
+    assert policy(context(target=2, load=20, now=0, metrics=rate(1.0, 2.0, 100.0)))[0] == 4
+    junk = {"seconds_per_page": {"r0": 0.0, "r1": float("nan"), "r2": -1.0}}
+    assert policy(context(target=2, load=16, now=0, metrics=junk)) == queue_policy(
+        context(target=2, load=16, now=0, metrics=junk))  # nothing measured: capacity
+
+
+def test_service_rate_scales_down_with_the_same_hysteresis():
+    policy = ServiceRatePolicy(target_queue_wait_s=10)
+    # 2 s/page: 5 pages per replica. From 4 down to 3 needs the load to fill 3 to at most
+    # 80%: 0.8 x 3 x 5 = 12 pages. 14 hold 4 replicas (ceil(14 / 5) = 3 would flap).
+    assert policy(context(target=4, load=14, now=0, metrics=rate(2.0)))[0] == 4
+    assert policy(context(target=4, load=12, now=0, metrics=rate(2.0)))[0] == 3
+    with pytest.raises(ValueError):
+        ServiceRatePolicy(target_queue_wait_s=0)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_service_rate_counts_busy_time_once_when_batches_overlap_and_never_idle_time():
+    clock = Clock()
+    rate_ = ServiceRate(alpha=1.0, clock=clock)  # alpha 1: the last sample alone
+    assert rate_.seconds_per_page is None
+    rate_.batch_started()
+    clock.now += 2.0
+    rate_.batch_finished(4)
+    assert rate_.seconds_per_page == pytest.approx(0.5)
+    clock.now += 1000.0  # idle: not a slow page
+    rate_.batch_started()
+    clock.now += 1.0
+    rate_.batch_started()  # a second batch overlaps the first
+    clock.now += 1.0
+    rate_.batch_finished(4)  # 2 s busy since it started, 4 pages
+    assert rate_.seconds_per_page == pytest.approx(0.5)
+    clock.now += 1.0
+    rate_.batch_finished(4)  # 1 more busy second, not the 2 s this batch lasted
+    assert rate_.seconds_per_page == pytest.approx(0.25)
+
+
+def test_service_rate_moves_towards_a_new_speed_and_weighs_pages():
+    clock = Clock()
+    rate_ = ServiceRate(alpha=0.5, clock=clock)
+    for _ in range(3):  # 1 s per page
+        rate_.batch_started()
+        clock.now += 8.0
+        rate_.batch_finished(8)
+    assert rate_.seconds_per_page == pytest.approx(1.0)
+    rate_.batch_started()
+    clock.now += 1.0
+    rate_.batch_finished(1)  # one page at 1 s: a small batch at the same speed changes nothing
+    assert rate_.seconds_per_page == pytest.approx(1.0)
+    for _ in range(12):  # the engine got 4x faster
+        rate_.batch_started()
+        clock.now += 2.0
+        rate_.batch_finished(8)
+    assert rate_.seconds_per_page == pytest.approx(0.25, rel=0.01)

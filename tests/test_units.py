@@ -76,8 +76,13 @@ def test_ocr_scaling_options_derive_target_from_batch_capacity():
     ))
     config = scaled["autoscaling_config"]
     assert (config["target_ongoing_requests"], scaled["max_ongoing_requests"]) == (8, 16)
-    assert config["policy"] == {"policy_function": "app.autoscaling:queue_policy"}
+    assert config["policy"] == {"policy_function": "app.autoscaling:ServiceRatePolicy",
+                                "policy_kwargs": {"target_queue_wait_s": 10.0}}
     assert "num_replicas" not in scaled
+    capacity = ocr_scaling_options(Settings(ocr_autoscaling={"policy": "queue"}))  # the old name
+    assert capacity["autoscaling_config"]["policy"] == {"policy_function": "app.autoscaling:queue_policy"}
+    own = ocr_scaling_options(Settings(ocr_autoscaling={"policy": "serve_default"}))
+    assert "policy" not in own["autoscaling_config"]
 
 
 def test_gpu_request_without_gpus_fails_with_a_clear_message():
@@ -112,7 +117,7 @@ def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
     for deployment in app.deployments:
         if deployment.name != "OCRModel":
             assert deployment.autoscaling_config, f"{deployment.name} has no autoscaling_config"
-    assert settings.ocr_autoscaling.policy == "queue" and settings.ocr_autoscaling.max_replicas == 960
+    assert settings.ocr_autoscaling.policy == "service_rate" and settings.ocr_autoscaling.max_replicas == 960
     assert "pip" not in app.runtime_env and "working_dir" not in app.runtime_env
 
 
