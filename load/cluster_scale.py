@@ -4,14 +4,14 @@
 
 Three Ray nodes (a head and two workers, each with 4 CPUs and one logical GPU) run the
 application with the fleet's shape scaled down: OCR replicas at num_gpus 0.25 under the
-queue-length policy (2 to 3 replicas, at most one per node, batch capacity 2 pages), the
+service-rate policy (2 to 3 replicas, at most one per node, batch capacity 2 pages), the
 CPU stages fixed.
 Then, with the bounded step-load runner (load/stepload.py):
   1. where the OCR replicas run (node ids);
-  2. a load step: 1 client, then 8, then none; replicas over time, time to scale up and
+  2. a load step (open loop): 1 request/s, then 8, then none; replicas over time, time to scale up and
      back down to min_replicas, failures across the scale events, p95 before and during;
   3. a worker node removed under light load: time until requests succeed again, errors meanwhile;
-  4. a flood at about 4x capacity: only 200 or 503, and every 200 a full, correct result.
+  4. a flood at a fixed 30 requests/s: only 200 or 503, and every 200 a full, correct result.
 Prints a summary and writes a JSON report and a PNG plot. Stops by itself.
 """
 
@@ -42,11 +42,33 @@ ARGS = {
     "engine": "ppocr", "engine_threads": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0.25,
     "ocr_max_replicas_per_node": 1,
     "ocr_autoscaling": {"min_replicas": MIN_REPLICAS, "max_replicas": MAX_REPLICAS, "upscale_delay_s": 2,
-                        "downscale_delay_s": 8, "look_back_period_s": 11, "policy": "queue"},
+                        "downscale_delay_s": 8, "look_back_period_s": 11, "policy": "service_rate",
+                        "target_queue_wait_s": 2},
     "batching": {"max_batch_size": 2, "batch_wait_timeout_s": 0.02, "max_concurrent_batches": 1},
     "max_inflight_requests": 12, "max_queued_pages": 8,
 }
 EXPECTED = "scale test 4711"
+
+
+def start_three_nodes():
+    """A head and two workers on this machine, each with 4 CPUs and one logical GPU; ray.init'ed."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 1, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=4, num_gpus=1) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.wait_for_nodes()
+    return cluster, workers
+
+
+def start_serve() -> str:
+    """Serve with its proxy on the head only, on a free port; returns the base URL."""
+    from ray import serve
+
+    port = free_port()
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    return f"http://127.0.0.1:{port}"
 
 
 def ocr_placements(serve, want: int, tries: int = 80) -> dict:
@@ -75,25 +97,21 @@ def main() -> int:
 
     import ray
     from ray import serve
-    from ray.cluster_utils import Cluster
 
     from app.builder import build_app
     from app.deploy import deploy
     from app.synthetic import png_bytes, render_text_page
 
     started = time.monotonic()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 1, "include_dashboard": False})
-    workers = [cluster.add_node(num_cpus=4, num_gpus=1) for _ in range(2)]
-    ray.init(address=cluster.address, log_to_driver=False)
+    cluster, workers = start_three_nodes()
     report: dict = {}
     try:
-        cluster.wait_for_nodes()
-        port = free_port()
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        url = start_serve()
         deploy(build_app(ARGS), name="ocr", timeout_s=300)
-        url = f"http://127.0.0.1:{port}"
         print(f"3-node cluster and service up in {time.monotonic() - started:.0f}s", flush=True)
-        payload = png_bytes(render_text_page(["Scale test 4711"], width=600))
+        # Four lines: a few hundred ms a page, so 8 requests/s outrun two replicas on this machine.
+        payload = png_bytes(render_text_page(["Scale test 4711"] + [f"Line {i} of the test page" for i in range(3)],
+                                             width=800))
         load = StepLoad(url, payload, lambda body: EXPECTED in body["text"].lower(), sample_replicas=True)
 
         # 1. Where the OCR replicas run.
@@ -102,7 +120,7 @@ def main() -> int:
                                "nodes_with_ocr_replicas": len(set(placements.values()))}
 
         # 2. The load step.
-        steps = [(1, 15.0), (8, 45.0), (0, 75.0)]
+        steps = [(1.0, 15.0), (8.0, 45.0), (0.0, 75.0)]  # requests per second, seconds
         step = load.run(steps)
         step_at, quiet_at = steps[0][1], steps[0][1] + steps[1][1]
         peak = max((c.get("OCRModel", 0) for _, c in step.replicas), default=0)
@@ -126,7 +144,7 @@ def main() -> int:
                 run.events.append((run.offered[-1][0], "worker node removed"))
                 cluster.remove_node(victim)
 
-        loss = load.run([(1, 5.0), (1, 40.0)], on_step=remove_victim)
+        loss = load.run([(1.0, 5.0), (1.0, 40.0)], on_step=remove_victim)
         removed_at = loss.events[0][0]
         after = [s for s in loss.samples if s.started + s.latency >= removed_at]
         failures = [s for s in after if s.status != 200]
@@ -142,8 +160,8 @@ def main() -> int:
             "ocr_replicas_at_end": replica_counts().get("OCRModel", 0),
         }
 
-        # 4. Flood at about 4x capacity (3 replicas x 2 pages in flight, plus the ingress's 12).
-        flood = load.run([(32, 20.0)])
+        # 4. A flood at a fixed 30 requests/s, far past what 3 replicas clear.
+        flood = load.run([(30.0, 20.0)])
         summary = window(flood, 0, float("inf"))
         report["flood"] = {**summary, "every_200_correct": summary["ok"] == summary["correct"]}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import random
 import socket
 import statistics
@@ -52,6 +53,13 @@ def commit() -> str:
                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def machine() -> dict:
+    """What every report records of the machine it ran on."""
+    return {"cpus": os.cpu_count(),
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "python": platform.python_version()}
 
 
 def add_report_options(parser, default_name: str) -> None:

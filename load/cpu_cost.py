@@ -33,7 +33,6 @@ import io
 import json
 import os
 import pickle
-import platform
 import subprocess
 import sys
 import tarfile
@@ -44,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset, summary  # noqa: E402
+from load.common import DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset, machine, summary  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 TARGET = 0.25  # after / before, issue 13
@@ -252,9 +251,7 @@ def measure(options) -> dict:
     return {"benchmark": "cpu_cost", "commit": commit(), "before": options.before,
             "before_commit": subprocess.run(["git", "rev-parse", "--short", options.before], cwd=ROOT,
                                             capture_output=True, text=True).stdout.strip(),
-            "machine": {"cpus": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE")
-                                                                   * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-                        "python": platform.python_version()},
+            "machine": machine(),
             "settings": {"rounds": options.rounds, "engine": "ppocr (its input budget)", "pdf_dpi": 150,
                          "decode_workers": 1, "target_ratio": TARGET},
             "sets": results, "transport": transport_table(sets["devset"], options.rounds)}

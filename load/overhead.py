@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import tempfile
-import platform
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, measure_or_render, summary  # noqa: E402
+from load.common import add_report_options, commit, local_service, machine, measure_or_render, summary  # noqa: E402
 
 THROUGHPUT_OPTIMIZED_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
                             "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(32 * 2**20)}
@@ -143,7 +142,7 @@ def measure(options) -> dict:
                 f"{arm} p50 {statistics.median(m['latency']['seconds']) * 1000:.1f} ms "
                 f"{m['throughput']['req_per_s']:.1f} req/s" for arm, m in measured.items()), flush=True)
     return {"benchmark": "overhead", "commit": commit(),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "machine": machine(),
             "settings": {"rounds": options.rounds, "requests": options.requests, "clients": options.clients,
                          "seconds": options.seconds, "graph_args": graph_args(options.batch_wait), "body_bytes": len(body),
                          "RAY_SERVE_THROUGHPUT_OPTIMIZED": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0")},

@@ -1,17 +1,22 @@
-"""A bounded, headless step-load runner: offered load, replicas, latency and errors over time.
+"""A bounded, headless, open-loop step-load runner: offered load, replicas, latency and errors over time.
 
-    python load/stepload.py --url http://127.0.0.1:8000 --steps 1x20,8x40,0x60 --ray-address auto \
+    python load/stepload.py --url http://127.0.0.1:8000 --steps 2x20,8x40,0x60 --ray-address auto \
         --report load/out/step.json --plot load/out/step.png
 
-Each step is CONCURRENCYxSECONDS: that many clients send requests back to back for that long
-(0 clients: a quiet period). Everything stops by itself at the end of the last step. With
---ray-address, running replicas per deployment are sampled every second through serve.status().
-Every 200 is checked for the expected text; anything else is counted by status code.
+Each step is RATExSECONDS: requests start at a fixed rate (RATE per second, evenly spaced) for
+that long, whatever the service answers (RATE 0: a quiet period). Open loop: a client that
+backs off after a 503 would lower the load it measures, and a flood would throttle itself.
+A request that could not start within 0.1 s of its slot (the runner itself fell behind) is
+counted as `late`. Everything stops by itself after the last step and the answers still
+outstanding (at most the request timeout). With --ray-address, running replicas per deployment
+are sampled every second through serve.status(). Every 200 is checked for the expected text;
+anything else is counted by status code, beside the percentiles (which are of the 200s).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import threading
@@ -22,29 +27,33 @@ from typing import Callable, Optional
 
 import httpx
 
+LATE_S = 0.1
+TIMEOUT_S = 120.0
+
 
 @dataclass
 class Sample:
     started: float  # seconds since the run began
     latency: float
-    status: int  # HTTP status; 0 for a connection error
+    status: int  # HTTP status; 0 for a connection error or timeout
     correct: bool
+    late: bool = False  # started more than LATE_S after its slot
 
 
 @dataclass
 class Run:
-    steps: list[tuple[int, float]]
+    steps: list[tuple[float, float]]
     samples: list[Sample] = field(default_factory=list)
     replicas: list[tuple[float, dict]] = field(default_factory=list)
-    offered: list[tuple[float, int]] = field(default_factory=list)
+    offered: list[tuple[float, float]] = field(default_factory=list)  # (time, requests per second)
     events: list[tuple[float, str]] = field(default_factory=list)
 
 
-def parse_steps(text: str) -> list[tuple[int, float]]:
+def parse_steps(text: str) -> list[tuple[float, float]]:
     steps = []
     for part in text.split(","):
-        clients, _, seconds = part.partition("x")
-        steps.append((int(clients), float(seconds)))
+        rate, _, seconds = part.partition("x")
+        steps.append((float(rate), float(seconds)))
     return steps
 
 
@@ -60,54 +69,59 @@ def replica_counts(app_name: str = "ocr") -> dict:
 class StepLoad:
     """Runs the steps against url; `check(response_json) -> bool` judges each 200."""
 
-    def __init__(self, url: str, payload: bytes, check: Callable[[dict], bool], sample_replicas: bool):
+    def __init__(self, url: str, payload: bytes, check: Callable[[dict], bool], sample_replicas: bool,
+                 app_name: str = "ocr"):
         self.url, self.payload, self.check = url, payload, check
-        self.sample_replicas = sample_replicas
-        self._lock = threading.Lock()
+        self.sample_replicas, self.app_name = sample_replicas, app_name
 
-    def run(self, steps: list[tuple[int, float]], on_step: Optional[Callable[[int, Run], None]] = None) -> Run:
+    def run(self, steps: list[tuple[float, float]], on_step: Optional[Callable[[int, Run], None]] = None) -> Run:
         run, t0 = Run(steps=steps), time.monotonic()
         stop_sampling = threading.Event()
         sampler = threading.Thread(target=self._sample, args=(run, t0, stop_sampling), daemon=True)
         sampler.start()
-        for index, (clients, seconds) in enumerate(steps):
-            deadline = time.monotonic() + seconds
-            run.offered.append((time.monotonic() - t0, clients))
-            if on_step:
-                on_step(index, run)
-            workers = [threading.Thread(target=self._client, args=(run, t0, deadline)) for _ in range(clients)]
-            for worker in workers:
-                worker.start()
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
-            for worker in workers:
-                worker.join(timeout=600)
-        run.offered.append((time.monotonic() - t0, 0))
-        stop_sampling.set()
-        sampler.join()
+        try:
+            asyncio.run(self._arrivals(run, t0, steps, on_step))
+        finally:
+            stop_sampling.set()
+            sampler.join()
         return run
 
-    def _client(self, run: Run, t0: float, deadline: float) -> None:
-        with httpx.Client(timeout=120) as client:
-            while time.monotonic() < deadline:
-                started = time.monotonic()
-                status, correct = 0, False
-                try:
-                    response = client.post(f"{self.url}/v1/ocr", files={"file": ("p.png", self.payload, "image/png")})
-                    status = response.status_code
-                    correct = status == 200 and self.check(response.json())
-                    if status == 503:
-                        time.sleep(min(float(response.headers.get("retry-after", 1)), 2.0) / 4)
-                except httpx.HTTPError:
-                    time.sleep(0.2)
-                with self._lock:
-                    run.samples.append(Sample(started - t0, time.monotonic() - started, status, correct))
+    async def _arrivals(self, run: Run, t0: float, steps, on_step) -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        async with httpx.AsyncClient(timeout=TIMEOUT_S, limits=limits) as client:
+            requests: list[asyncio.Task] = []
+            step_start = time.monotonic()
+            for index, (rate, seconds) in enumerate(steps):
+                run.offered.append((step_start - t0, rate))
+                if on_step:
+                    on_step(index, run)
+                count = int(round(rate * seconds))
+                for i in range(count):
+                    slot = step_start + i / rate
+                    await asyncio.sleep(max(0.0, slot - time.monotonic()))
+                    requests.append(asyncio.create_task(self._one(client, run, t0, slot)))
+                step_start += seconds
+                await asyncio.sleep(max(0.0, step_start - time.monotonic()))
+            run.offered.append((time.monotonic() - t0, 0.0))
+            if requests:
+                await asyncio.wait(requests)
+
+    async def _one(self, client: httpx.AsyncClient, run: Run, t0: float, slot: float) -> None:
+        started = time.monotonic()
+        status, correct = 0, False
+        try:
+            response = await client.post(f"{self.url}/v1/ocr", files={"file": ("p.png", self.payload, "image/png")})
+            status = response.status_code
+            correct = status == 200 and self.check(response.json())
+        except (httpx.HTTPError, ValueError):
+            pass
+        run.samples.append(Sample(slot - t0, time.monotonic() - started, status, correct, started - slot > LATE_S))
 
     def _sample(self, run: Run, t0: float, stop: threading.Event) -> None:
         while not stop.wait(1.0):
             if self.sample_replicas:
                 try:
-                    run.replicas.append((time.monotonic() - t0, replica_counts()))
+                    run.replicas.append((time.monotonic() - t0, replica_counts(self.app_name)))
                 except Exception:  # the controller may be busy during a node loss
                     pass
 
@@ -129,6 +143,7 @@ def window(run: Run, start: float, end: float) -> dict:
         "status_503": sum(s.status == 503 for s in samples),
         "failed": sum(s.status not in (200, 503) for s in samples),
         "other_statuses": sorted({s.status for s in samples} - {200, 503}),
+        "late": sum(s.late for s in samples),
         "p50_s": percentile(ok, 0.50),
         "p95_s": percentile(ok, 0.95),
         "p99_s": percentile(ok, 0.99),
@@ -141,7 +156,7 @@ def to_json(run: Run) -> dict:
         "offered": run.offered,
         "replicas": run.replicas,
         "events": run.events,
-        "samples": [[round(s.started, 3), round(s.latency, 4), s.status, s.correct] for s in run.samples],
+        "samples": [[round(s.started, 3), round(s.latency, 4), s.status, s.correct, s.late] for s in run.samples],
     }
 
 
@@ -154,7 +169,7 @@ def plot(run: Run, path: Path, title: str = "step load") -> None:
     fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
     times = [t for t, _ in run.offered]
     axes[0].step(times, [c for _, c in run.offered], where="post")
-    axes[0].set_ylabel("clients")
+    axes[0].set_ylabel("requests/s offered")
     for name in sorted({n for _, counts in run.replicas for n in counts}):
         axes[1].plot([t for t, c in run.replicas], [c.get(name, 0) for _, c in run.replicas], label=name)
     axes[1].set_ylabel("running replicas")
@@ -186,7 +201,7 @@ def plot(run: Run, path: Path, title: str = "step load") -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
-    parser.add_argument("--steps", default="1x20,8x40,0x60")
+    parser.add_argument("--steps", default="2x20,8x40,0x60", help="RATExSECONDS,...: requests per second, seconds")
     parser.add_argument("--image", type=Path, help="image to send (default: a rendered text line)")
     parser.add_argument("--expect", default="", help="text every 200 must contain (case-insensitive)")
     parser.add_argument("--ray-address", help="sample replicas through serve.status() on this cluster")
