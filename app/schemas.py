@@ -55,6 +55,7 @@ class EngineResult:
     finish_reason: str = "stop"  # "stop": the engine ended the page itself; "length": cut at the token cap
     valid: bool = True  # False when the output was truncated or a guard cut a repetition loop
     notes: list = field(default_factory=list)  # why a page is not valid, for the client
+    generated_tokens: Optional[int] = None  # a VLM's tokens for the page, its end token included (benchmarks)
 
 
 @dataclass

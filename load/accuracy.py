@@ -1,6 +1,7 @@
 """Accuracy over HTTP against the bare engine in-process, on the devset, per language.
 
-    python load/accuracy.py [--manifest PATH] [--url http://host:8000]
+    python load/accuracy.py [--manifest PATH] [--url http://host:8000] [--report load/results/accuracy.json]
+    python load/accuracy.py --render load/results/accuracy.json
 
 Without --url it starts the service locally with the default settings (what `make run`
 serves). Prints CER (NFKC, case- and whitespace-normalised, pooled over each language)
@@ -20,7 +21,17 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import DEFAULT_MANIFEST, BareEngine, Sample, load_devset, local_service  # noqa: E402
+from load.common import (  # noqa: E402
+    DEFAULT_MANIFEST,
+    BareEngine,
+    Sample,
+    add_report_options,
+    commit,
+    load_devset,
+    local_service,
+    machine,
+    measure_or_render,
+)
 from load.metrics import cer, char_f1  # noqa: E402
 
 
@@ -50,14 +61,8 @@ def read_over_http(url: str, samples: list[Sample]) -> list[str]:
     return texts
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
-    parser.add_argument("--url", help="measure a running service instead of starting one")
-    parser.add_argument("--tolerance", type=float, default=0.005)
-    options = parser.parse_args()
+def measure(options) -> dict:
     samples = load_devset(options.manifest)
-
     started = time.perf_counter()
     bare = BareEngine()
     bare_texts = [bare.read(s.path.read_bytes(), s.content_type) for s in samples]
@@ -67,18 +72,43 @@ def main() -> int:
     else:
         with local_service() as url:
             service_texts = read_over_http(url, samples)
-
     bare_scores, service_scores = score(samples, bare_texts), score(samples, service_texts)
-    print(f"\n{'lang':6} {'n':>3} {'CER bare':>9} {'CER svc':>9} {'dCER':>8} {'F1 bare':>8} {'F1 svc':>8}")
-    worst = 0.0
-    for lang in sorted(bare_scores, key=lambda k: (k == "all", k)):
-        b, s = bare_scores[lang], service_scores[lang]
-        delta = s["cer"] - b["cer"]
-        worst = max(worst, abs(delta))
-        print(f"{lang:6} {b['n']:>3} {b['cer']:>9.4f} {s['cer']:>9.4f} {delta:>+8.4f} {b['f1']:>8.4f} {s['f1']:>8.4f}")
-    verdict = "PASS" if worst <= options.tolerance else "FAIL"
-    print(f"\nlargest |dCER| = {worst:.4f} (tolerance {options.tolerance}): {verdict}")
-    return 0 if verdict == "PASS" else 1
+    return {
+        "benchmark": "accuracy", "commit": commit(), "machine": machine(),
+        "settings": {"manifest": str(options.manifest), "images": len(samples), "tolerance": options.tolerance,
+                     "service": options.url or "make run defaults"},
+        "bare": bare_scores, "service": service_scores,
+        "largest_abs_dcer": max(abs(service_scores[k]["cer"] - bare_scores[k]["cer"]) for k in bare_scores),
+    }
+
+
+def render(report: dict) -> str:
+    settings = report["settings"]
+    lines = [f"Accuracy on the {settings['images']} devset images, `{report['commit']}`: CER after NFKC, case and "
+             "whitespace normalisation (pooled per language) and order-tolerant character F1:", "",
+             "| lang | images | CER bare | CER service | dCER | F1 bare | F1 service |", "|---|---|---|---|---|---|---|"]
+    bare, service = report["bare"], report["service"]
+    for lang in sorted(bare, key=lambda k: (k == "all", k)):
+        b, s = bare[lang], service[lang]
+        lines.append(f"| {lang} | {b['n']} | {b['cer']:.4f} | {s['cer']:.4f} | {s['cer'] - b['cer']:+.4f} "
+                     f"| {b['f1']:.4f} | {s['f1']:.4f} |")
+    verdict = "PASS" if passed(report) else "FAIL"
+    lines += ["", f"largest |dCER| = {report['largest_abs_dcer']:.4f} (tolerance {settings['tolerance']}): {verdict}"]
+    return "\n".join(lines)
+
+
+def passed(report: dict) -> bool:
+    return report["largest_abs_dcer"] <= report["settings"]["tolerance"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
+    parser.add_argument("--url", help="measure a running service instead of starting one")
+    parser.add_argument("--tolerance", type=float, default=0.005)
+    add_report_options(parser, "accuracy.json")
+    options = parser.parse_args()
+    return measure_or_render(options, lambda: measure(options), render, passed)
 
 
 if __name__ == "__main__":

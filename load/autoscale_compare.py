@@ -12,8 +12,10 @@ Each round deploys each policy in turn, fresh (the order alternates by round):
   - queue_capacity: one replica per 16 pages in flight.
 Each arm is warmed the same way (WARM_PAGES pages one at a time, which also gives the
 service_rate replica its first measurement), then gets the same open-loop load: BASE requests/s
-for BASE_S, STEP requests/s for STEP_S, then QUIET_S without requests. The page is a 12-line
-text page, about a second of PP-OCR on one thread; every 200 must carry its test number.
+for BASE_S, STEP requests/s for STEP_S, then QUIET_S without requests. The page is a devset
+page of dense print (PAGE), seconds of PP-OCR on one thread: the case where a fixed capacity
+of 16 pages a replica means a long queue before a second replica is asked for. Every 200 must read what
+the arm's first request read.
 Per arm:
   - seconds from the step's start until the OCR replica count first rises, and until it
     reaches its peak (replicas sampled every second through serve.status());
@@ -30,6 +32,8 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
+
 os.environ.setdefault("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "1")
 os.environ.setdefault("RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -41,10 +45,10 @@ from load.common import add_report_options, commit, machine, measure_or_render, 
 from load.stepload import StepLoad, to_json, window  # noqa: E402
 
 POLICIES = ("service_rate", "queue_capacity")
-BASE, BASE_S, STEP, STEP_S, QUIET_S = 0.2, 10.0, 1.5, 45.0, 30.0
+BASE, BASE_S, STEP, STEP_S, QUIET_S = 0.1, 10.0, 0.45, 60.0, 20.0
 WARM_PAGES = 3
 MIN_REPLICAS, MAX_REPLICAS = 1, 3
-EXPECTED = "4711"
+PAGE = "pages/kant_aufklaerung_1784_0020.tif"  # a full page of the devset: ~5 s of PP-OCR on one thread
 
 
 def app_args(policy: str) -> dict:
@@ -60,10 +64,9 @@ def app_args(policy: str) -> dict:
 
 
 def page() -> bytes:
-    from app.synthetic import png_bytes, render_text_page
+    from load.common import DEFAULT_MANIFEST
 
-    lines = [f"Autoscaling test 4711 line {i} of a longer page" for i in range(12)]
-    return png_bytes(render_text_page(lines, width=1000))
+    return (DEFAULT_MANIFEST.parent / PAGE).read_bytes()
 
 
 def replica_seconds(replicas: list[tuple[float, dict]], start: float, end: float) -> float:
@@ -103,8 +106,11 @@ def run_arm(policy: str, url: str, payload: bytes) -> dict:
 
     deploy(build_app(app_args(policy)), name="ocr", timeout_s=300)
     try:
-        load = StepLoad(url, payload, lambda body: EXPECTED in body["text"], sample_replicas=True)
-        load.run([(1.0 / 3.0, 3.0 * WARM_PAGES)])  # the same warm-up for every arm: one page at a time
+        reference = httpx.post(f"{url}/v1/ocr", files={"file": ("page.tif", payload, "image/tiff")},
+                               timeout=300).json()["text"]  # what every 200 must read
+        load = StepLoad(url, payload, lambda body: body["text"] == reference, sample_replicas=True,
+                        filename="page.tif", content_type="image/tiff")
+        load.run([(1.0 / 3.0, 3.0 * (WARM_PAGES - 1))])  # the same warm-up for every arm: one page at a time
         run = load.run([(BASE, BASE_S), (STEP, STEP_S), (0.0, QUIET_S)])
         step_at, quiet_at = BASE_S, BASE_S + STEP_S
         end = max([t for t, _ in run.replicas] + [quiet_at + QUIET_S])
@@ -143,14 +149,14 @@ def measure(options) -> dict:
                                                                                        "quiet": QUIET_S},
                      "warm_pages": WARM_PAGES, "args": {p: app_args(p) for p in POLICIES}},
         "arms": {policy: {
-            "s_to_first_scale_up": summary([r["s_to_first_scale_up"] for r in results
+            "s_to_first_scale_up": spread([r["s_to_first_scale_up"] for r in results
                                             if r["s_to_first_scale_up"] is not None]),
             "never_scaled_up": sum(r["s_to_first_scale_up"] is None for r in results),
-            "s_to_peak": summary([r["s_to_peak"] for r in results if r["s_to_peak"] is not None]),
-            "peak_replicas": summary([r["peak_replicas"] for r in results]),
-            "step_p95_s": summary([r["step"]["p95_s"] for r in results if r["step"]["p95_s"] is not None]),
-            "step_p50_s": summary([r["step"]["p50_s"] for r in results if r["step"]["p50_s"] is not None]),
-            "replica_seconds": summary([r["replica_seconds"] for r in results]),
+            "s_to_peak": spread([r["s_to_peak"] for r in results if r["s_to_peak"] is not None]),
+            "peak_replicas": spread([r["peak_replicas"] for r in results]),
+            "step_p95_s": spread([r["step"]["p95_s"] for r in results if r["step"]["p95_s"] is not None]),
+            "step_p50_s": spread([r["step"]["p50_s"] for r in results if r["step"]["p50_s"] is not None]),
+            "replica_seconds": spread([r["replica_seconds"] for r in results]),
             "step_requests": sum(r["step"]["requests"] for r in results),
             "step_ok": sum(r["step"]["ok"] for r in results),
             "step_correct": sum(r["step"]["correct"] for r in results),
@@ -160,6 +166,11 @@ def measure(options) -> dict:
             "rounds": results,
         } for policy, results in arms.items()},
     }
+
+
+def spread(values: list) -> dict | None:
+    """summary() of the rounds that have the figure; None where none has (it never scaled up)."""
+    return summary(values) if values else None
 
 
 def render(report: dict) -> str:
@@ -192,7 +203,7 @@ def render(report: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    add_report_options(parser, "load/results/autoscale_compare.json")
+    add_report_options(parser, "autoscale_compare.json")
     options = parser.parse_args()
     return measure_or_render(options, lambda: measure(options), render, passed=lambda report: True)
 

@@ -1,6 +1,7 @@
 """Autoscaling, node loss and overload on a real 3-node Ray cluster built on this machine.
 
     python load/cluster_scale.py [--report load/out/cluster.json] [--plot load/out/cluster.png]
+    python load/cluster_scale.py --render load/results/cluster_scale.json
 
 Three Ray nodes (a head and two workers, each with 4 CPUs and one logical GPU) run the
 application with the fleet's shape scaled down: OCR replicas at num_gpus 0.25 under the
@@ -32,7 +33,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import free_port  # noqa: E402
+from load.common import commit, free_port, machine  # noqa: E402
 from load.stepload import StepLoad, plot, replica_counts, to_json, window  # noqa: E402
 
 # Two replicas at least, one per node at most: the replicas always span two nodes, so losing
@@ -93,7 +94,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=Path("load/out/cluster.json"))
     parser.add_argument("--plot", type=Path, default=Path("load/out/cluster.png"))
+    parser.add_argument("--render", metavar="JSON", help="print the README table of a report and exit")
     options = parser.parse_args()
+    if options.render:
+        print(render(json.loads(Path(options.render).read_text())))
+        return 0
 
     import ray
     from ray import serve
@@ -167,7 +172,11 @@ def main() -> int:
 
         all_runs = {"step": to_json(step), "node_loss": to_json(loss), "flood": to_json(flood)}
         options.report.parent.mkdir(parents=True, exist_ok=True)
-        options.report.write_text(json.dumps({"summary": report, "runs": all_runs}))
+        options.report.write_text(json.dumps({"benchmark": "cluster_scale", "commit": commit(), "machine": machine(),
+                                              "settings": {"args": ARGS, "steps_requests_per_s": steps,
+                                                           "node_loss": [[1.0, 5.0], [1.0, 40.0]],
+                                                           "flood": [[30.0, 20.0]]},
+                                              "summary": report, "runs": all_runs}))
         plot(step, options.plot, title="OCR replicas under a load step (3 nodes)")
         print(json.dumps(report, indent=1))
         print(f"report: {options.report}  plot: {options.plot}  total {time.monotonic() - started:.0f}s")
@@ -176,6 +185,39 @@ def main() -> int:
         ray.shutdown()
         cluster.shutdown()
     return 0
+
+
+def render(report: dict) -> str:
+    summary, settings = report["summary"], report["settings"]
+    step, loss, flood = summary["step"], summary["node_loss"], summary["flood"]
+    rates = " -> ".join(f"{rate:g}" for rate, _ in settings["steps_requests_per_s"])
+    scaling = settings["args"]["ocr_autoscaling"]
+
+    def counts(window: dict) -> str:
+        return (f"{window['requests']} requests: {window['ok']} x 200 ({window['correct']} correct), "
+                f"{window['status_503']} x 503, {window['failed']} failed, {window['late']} late")
+
+    return "\n".join([
+        f"3-node cluster on this machine, `{report['commit']}`, {report['machine']['cpus']} CPUs; OCR replicas "
+        f"{scaling['min_replicas']}-{scaling['max_replicas']}, policy `{scaling['policy']}`, open-loop load:",
+        "",
+        "| what | figure |",
+        "|---|---|",
+        f"| load step, {rates} requests/s | {summary['placement']['nodes_with_ocr_replicas']} nodes with OCR "
+        f"replicas at the start; peak {step['peak_ocr_replicas']} replicas, {step['seconds_to_scale_up']} s to "
+        f"scale up, back to the minimum {step['seconds_back_to_min_after_load']} s after the load |",
+        f"| same, p95 of the 200s before / during the step | {_seconds(step['before']['p95_s'])} / "
+        f"{_seconds(step['during']['p95_s'])} |",
+        f"| same, every request | {counts(step['all'])} |",
+        f"| a worker holding an OCR replica removed at 1 request/s | {loss['errors_after_removal']} errors "
+        f"{loss['error_statuses']}; answering again {loss['seconds_until_answering_again']} s later; "
+        f"{loss['ok_after_removal']} x 200 after, {loss['correct_after_removal']} correct |",
+        f"| flood at a fixed 30 requests/s | {counts(flood)} |",
+    ])
+
+
+def _seconds(value) -> str:
+    return "none" if value is None else f"{value:.2f} s"
 
 
 def _count(values) -> dict:

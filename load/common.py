@@ -47,12 +47,17 @@ def free_port() -> int:
 
 
 def commit() -> str:
-    """The commit measured, `-dirty` when the working tree differed from it."""
+    """The commit measured, `-dirty` when the code differed from it (reports in load/results/,
+    which benchmarks write one after another, are not code)."""
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  ":(exclude)load/results"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{head}-dirty" if changed else head
 
 
 def machine() -> dict:

@@ -7,10 +7,8 @@ PDF or PNG syntax, so a reader can see what each one claims and why it hurts.
 from __future__ import annotations
 
 import io
-import random
 import struct
 import zlib
-from dataclasses import dataclass, field
 from typing import Optional
 
 from PIL import Image

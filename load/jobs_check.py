@@ -103,9 +103,12 @@ def compare(http: httpx.Client, document: bytes, result: dict, pages: int, concu
 
 
 
+HEADER = "| what | figure | command |\n|---|---|---|\n"  # a rendered block is a whole table
+
+
 def render(report: dict) -> str:
     """The README's row for a report."""
-    return (f"| {report['pages']}-page PDF job ({report['pdf_bytes'] / 1e6:.1f} MB), commit {report['commit']} | "
+    return (HEADER + f"| {report['pages']}-page PDF job ({report['pdf_bytes'] / 1e6:.1f} MB), commit {report['commit']} | "
             f"{report['final_status']}, {report['final_pages']['done']}/{report['pages']} pages in "
             f"{report['job_seconds']} s ({report['pages_per_s']} pages/s); {report['pages_in_result']} pages in the "
             f"result, {len(report['missing'])} missing, {len(report['duplicated'])} twice, "

@@ -174,6 +174,9 @@ def run(options) -> dict:
             "faults": reports, "ok": all(r["final_status"] == "succeeded" and r["ok"] for r in reports)}
 
 
+HEADER = "| what | figure | command |\n|---|---|---|\n"  # a rendered block is a whole table
+
+
 def render(report: dict) -> str:
     """The README's rows for a report: one per fault."""
     rows = []
@@ -185,7 +188,7 @@ def render(report: dict) -> str:
                     f"{len(fault['missing'])} missing, {len(fault['duplicated'])} twice, "
                     f"{len(fault['mismatched_with_sync'])} differing from /v1/ocr, in {fault['job_seconds']} s "
                     f"(commit {report['commit']}) | `load/jobs_failover.py` |")
-    return "\n".join(rows)
+    return HEADER + "\n".join(rows)
 
 
 def main() -> int:

@@ -70,9 +70,10 @@ class StepLoad:
     """Runs the steps against url; `check(response_json) -> bool` judges each 200."""
 
     def __init__(self, url: str, payload: bytes, check: Callable[[dict], bool], sample_replicas: bool,
-                 app_name: str = "ocr"):
+                 app_name: str = "ocr", filename: str = "p.png", content_type: str = "image/png"):
         self.url, self.payload, self.check = url, payload, check
         self.sample_replicas, self.app_name = sample_replicas, app_name
+        self.file = (filename, payload, content_type)
 
     def run(self, steps: list[tuple[float, float]], on_step: Optional[Callable[[int, Run], None]] = None) -> Run:
         run, t0 = Run(steps=steps), time.monotonic()
@@ -110,7 +111,7 @@ class StepLoad:
         started = time.monotonic()
         status, correct = 0, False
         try:
-            response = await client.post(f"{self.url}/v1/ocr", files={"file": ("p.png", self.payload, "image/png")})
+            response = await client.post(f"{self.url}/v1/ocr", files={"file": self.file})
             status = response.status_code
             correct = status == 200 and self.check(response.json())
         except (httpx.HTTPError, ValueError):

@@ -122,6 +122,20 @@ def test_guard_marks_looping_and_truncated_pages_invalid(engines):
     assert (cut.valid, cut.finish_reason) == (False, "length") and "max_new_tokens" in cut.notes[0]
 
 
+def test_generated_tokens_count_up_to_the_end_token_and_never_the_batch_padding(engines):
+    """gpu_bench's tokens/s: a page that ended early must not count its row's padding."""
+    engine = engines["got_ocr2"]
+    tokenizer = engine._family.tokenizer
+    text = tokenizer.encode("INVOICE 42")
+    stopped = engine._finish(text + [tokenizer.eos_token_id] + [tokenizer.pad_token_id] * 5, max_new_tokens=200)
+    assert stopped.generated_tokens == len(text) + 1
+    cut = engine._finish(text, max_new_tokens=len(text))
+    assert cut.generated_tokens == len(text)
+    batched = engine.infer(mixed_pages())
+    assert all(0 < r.generated_tokens <= engine._options.max_new_tokens for r in batched)
+    assert all(r.generated_tokens == engine._options.max_new_tokens for r in batched if r.finish_reason == "length")
+
+
 def test_out_of_memory_splits_the_batch_and_fails_only_the_page_that_cannot_fit(engines):
     engine = engines["got_ocr2"]
     pages = mixed_pages()

@@ -214,7 +214,9 @@ class VLMEngine:
             notes.append("a repetition loop was cut from the output")
         elif finish_reason == "length":
             notes.append(f"the output was cut at max_new_tokens={max_new_tokens}")
-        return EngineResult(markdown=text, finish_reason=finish_reason, valid=not notes, notes=notes)
+        generated = _generated_tokens(tokens, self._family.eos_token_ids, self._family.tokenizer.pad_token_id)
+        return EngineResult(markdown=text, finish_reason=finish_reason, valid=not notes, notes=notes,
+                            generated_tokens=generated)
 
     def _free_memory(self) -> None:
         import torch
@@ -232,3 +234,15 @@ class VLMEngine:
         value = (torch.ones(1, device=self._device) + 1).item()
         if value != 2.0 or time.perf_counter() - started > 10:
             raise RuntimeError(f"device {self._device} answered wrongly or slowly")
+
+
+def _generated_tokens(tokens: list[int], stops: set, pad_token_id) -> int:
+    """Tokens the model generated for one page of a batch: up to and including its first end token.
+    A row that ended early is padded to the batch's longest; those pads were never generated."""
+    for position, token in enumerate(tokens):
+        if token in stops:
+            return position + 1
+    if pad_token_id is not None and pad_token_id not in stops:
+        while tokens and tokens[-1] == pad_token_id:
+            tokens = tokens[:-1]
+    return len(tokens)
