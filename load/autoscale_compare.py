@@ -11,8 +11,10 @@ Each round deploys each policy in turn, fresh (the order alternates by round):
     the seconds per page the replicas measure;
   - queue_capacity: one replica per 16 pages in flight.
 Each arm is warmed the same way (WARM_PAGES pages one at a time, which also gives the
-service_rate replica its first measurement), then gets the same open-loop load: BASE requests/s
-for BASE_S, STEP requests/s for STEP_S, then QUIET_S without requests. The page is a devset
+service_rate replica its first measurement), then gets the same open-loop load: BASE times one
+replica's rate for BASE_S, STEP times it for STEP_S, then QUIET_S without requests. One
+replica's rate is measured once before the rounds (sequential requests to a lone replica) and
+then fixed for every arm. The page is a devset
 page of dense print (PAGE), seconds of PP-OCR on one thread: the case where a fixed capacity
 of 16 pages a replica means a long queue before a second replica is asked for. Every 200 must read what
 the arm's first request read.
@@ -29,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -45,7 +49,10 @@ from load.common import add_report_options, commit, machine, measure_or_render, 
 from load.stepload import StepLoad, to_json, window  # noqa: E402
 
 POLICIES = ("service_rate", "queue_capacity")
-BASE, BASE_S, STEP, STEP_S, QUIET_S = 0.1, 10.0, 0.45, 60.0, 20.0
+# The load, in multiples of what one replica clears (measured once, before the rounds, and then
+# fixed for every arm): a light base, then a step one replica cannot keep up with.
+BASE, STEP = 0.2, 2.0
+BASE_S, STEP_S, QUIET_S = 10.0, 60.0, 20.0
 WARM_PAGES = 3
 MIN_REPLICAS, MAX_REPLICAS = 1, 3
 PAGE = "pages/kant_aufklaerung_1784_0020.tif"  # a full page of the devset: ~5 s of PP-OCR on one thread
@@ -98,7 +105,31 @@ def arm_result(run, step_at: float, quiet_at: float, end: float) -> dict:
     }
 
 
-def run_arm(policy: str, url: str, payload: bytes) -> dict:
+def post(url: str, payload: bytes) -> httpx.Response:
+    return httpx.post(f"{url}/v1/ocr", files={"file": ("page.tif", payload, "image/tiff")}, timeout=300)
+
+
+def one_replica_seconds_per_page(url: str, payload: bytes) -> float:
+    """What one OCR replica takes for the page, alone: the median of 4 sequential requests after one."""
+    from ray import serve
+
+    from app.builder import build_app
+    from app.deploy import deploy
+
+    deploy(build_app(app_args("queue_capacity")), name="ocr", timeout_s=300)
+    try:
+        post(url, payload)
+        latencies = []
+        for _ in range(4):
+            started = time.perf_counter()
+            post(url, payload).raise_for_status()
+            latencies.append(time.perf_counter() - started)
+        return statistics.median(latencies)
+    finally:
+        serve.delete("ocr")
+
+
+def run_arm(policy: str, url: str, payload: bytes, rates: tuple[float, float]) -> dict:
     from ray import serve
 
     from app.builder import build_app
@@ -106,12 +137,12 @@ def run_arm(policy: str, url: str, payload: bytes) -> dict:
 
     deploy(build_app(app_args(policy)), name="ocr", timeout_s=300)
     try:
-        reference = httpx.post(f"{url}/v1/ocr", files={"file": ("page.tif", payload, "image/tiff")},
-                               timeout=300).json()["text"]  # what every 200 must read
+        reference = post(url, payload).json()["text"]  # what every 200 must read
         load = StepLoad(url, payload, lambda body: body["text"] == reference, sample_replicas=True,
                         filename="page.tif", content_type="image/tiff")
         load.run([(1.0 / 3.0, 3.0 * (WARM_PAGES - 1))])  # the same warm-up for every arm: one page at a time
-        run = load.run([(BASE, BASE_S), (STEP, STEP_S), (0.0, QUIET_S)])
+        base, step = rates
+        run = load.run([(base, BASE_S), (step, STEP_S), (0.0, QUIET_S)])
         step_at, quiet_at = BASE_S, BASE_S + STEP_S
         end = max([t for t, _ in run.replicas] + [quiet_at + QUIET_S])
         return {**arm_result(run, step_at, quiet_at, end), "raw": to_json(run)}
@@ -128,10 +159,13 @@ def measure(options) -> dict:
     try:
         url = start_serve()
         payload = page()
+        seconds_per_page = one_replica_seconds_per_page(url, payload)
+        rates = (round(BASE / seconds_per_page, 3), round(STEP / seconds_per_page, 3))
+        print(f"one replica: {seconds_per_page:.2f} s a page; load {rates[0]} then {rates[1]} requests/s", flush=True)
         for round_index in range(options.rounds):
             order = POLICIES if round_index % 2 == 0 else tuple(reversed(POLICIES))
             for policy in order:
-                result = run_arm(policy, url, payload)
+                result = run_arm(policy, url, payload, rates)
                 arms[policy].append(result)
                 step = result["step"]
                 print(f"round {round_index + 1} {policy}: first scale-up {result['s_to_first_scale_up']} s, "
@@ -145,8 +179,10 @@ def measure(options) -> dict:
     return {
         "benchmark": "autoscale_compare", "commit": commit(), "machine": machine(),
         "settings": {"rounds": options.rounds, "nodes": 3, "policies": list(POLICIES),
-                     "load_requests_per_s": {"base": BASE, "step": STEP}, "seconds": {"base": BASE_S, "step": STEP_S,
-                                                                                       "quiet": QUIET_S},
+                     "one_replica_seconds_per_page": round(seconds_per_page, 3),
+                     "load_in_one_replicas_rate": {"base": BASE, "step": STEP},
+                     "load_requests_per_s": {"base": rates[0], "step": rates[1]},
+                     "seconds": {"base": BASE_S, "step": STEP_S, "quiet": QUIET_S},
                      "warm_pages": WARM_PAGES, "args": {p: app_args(p) for p in POLICIES}},
         "arms": {policy: {
             "s_to_first_scale_up": spread([r["s_to_first_scale_up"] for r in results
@@ -182,7 +218,9 @@ def render(report: dict) -> str:
     settings = report["settings"]
     lines = [
         f"OCR autoscaling policies on one open-loop step ({settings['load_requests_per_s']['base']} then "
-        f"{settings['load_requests_per_s']['step']} requests/s for {settings['seconds']['step']:.0f} s), "
+        f"{settings['load_requests_per_s']['step']} requests/s for {settings['seconds']['step']:.0f} s: "
+        f"{settings['load_in_one_replicas_rate']['base']}x then {settings['load_in_one_replicas_rate']['step']}x "
+        f"what one replica cleared alone, {settings['one_replica_seconds_per_page']} s a page), "
         f"3 nodes, {settings['rounds']} interleaved rounds, commit `{report['commit']}`, "
         f"{report['machine']['cpus']} CPUs (median, min-max):",
         "",
