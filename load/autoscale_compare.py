@@ -45,7 +45,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from load.cluster_scale import start_serve, start_three_nodes  # noqa: E402
-from load.common import add_report_options, commit, machine, measure_or_render, summary  # noqa: E402
+from load.common import add_report_options, commit, machine, measure_or_render, spread_cell, summary  # noqa: E402
 from load.stepload import StepLoad, to_json, window  # noqa: E402
 
 POLICIES = ("service_rate", "queue_capacity")
@@ -211,9 +211,7 @@ def spread(values: list) -> dict | None:
 
 def render(report: dict) -> str:
     def cell(stats: dict, digits: int = 1) -> str:
-        if not stats or stats.get("median") is None:
-            return "none"
-        return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
+        return spread_cell(stats, digits)
 
     settings = report["settings"]
     lines = [

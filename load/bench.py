@@ -39,6 +39,7 @@ from load.common import (  # noqa: E402
     local_service,
     machine,
     measure_or_render,
+    spread_cell,
     summary,
 )
 
@@ -144,7 +145,7 @@ def render(report: dict) -> str:
     settings = report["settings"]
 
     def cell(stats: dict, digits: int = 3) -> str:
-        return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
+        return spread_cell(stats, digits)
 
     lines = [
         f"Service against the bare engine on {settings['devset_pages']} devset pages, `{report['commit']}`, "

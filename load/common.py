@@ -90,6 +90,13 @@ def summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "all": values}
 
 
+def spread_cell(stats: Optional[dict], digits: int = 1) -> str:
+    """A summary() in a table: `median (min-max)`, or `none` where no round had the figure."""
+    if not stats or stats.get("median") is None:
+        return "none"
+    return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
+
+
 @dataclass
 class Sample:
     path: Path

@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, machine, measure_or_render, summary  # noqa: E402
+from load.common import add_report_options, commit, local_service, machine, measure_or_render, spread_cell, summary  # noqa: E402
 
 
 class UtilisationSampler:
@@ -150,9 +150,7 @@ def render(report: dict) -> str:
     settings = report["settings"]
 
     def cell(stats: dict, digits: int = 2) -> str:
-        if not stats:
-            return "none"
-        return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
+        return spread_cell(stats, digits)
 
     lines = [f"{report['device']}, {settings['model']} GOT-OCR2 with random weights, {settings['new_tokens']} new "
              f"tokens at most, `{report['commit']}`; engine cells {settings['repeats']} repeats after a warm-up "

@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, machine, measure_or_render, summary  # noqa: E402
+from load.common import add_report_options, commit, local_service, machine, measure_or_render, spread_cell, summary  # noqa: E402
 
 BATCHES = (1, 8)
 WARM = 4
@@ -95,9 +95,7 @@ def render(report: dict) -> str:
     settings = report["settings"]
 
     def cell(stats: dict, digits: int = 2) -> str:
-        if not stats:
-            return "none"
-        return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
+        return spread_cell(stats, digits)
 
     lines = [f"The `vlm` engine ({settings['model']}, CPU) through the service, `{report['commit']}`: "
              f"{settings['requests']} requests at concurrency {settings['concurrency']}, "
