@@ -18,6 +18,7 @@ import ray
 from ray import serve
 
 from app import metrics
+from app.batching import Queued, batch_cost, record_batch_metrics
 from app.config import BatchConfig, Settings
 from app.page_size import as_rgb
 from app.engines import build_engine
@@ -61,53 +62,6 @@ def release_freed_memory() -> None:
         _MALLOC_TRIM(0)
 
 
-def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
-    """Batch size in page slots, counting pixels too: fits iff pages <= max and pixels <= budget.
-
-    `@serve.batch` compares this with `max_batch_size`. A page's pixels are capped at the
-    budget so one page alone always fits. It must never raise (an exception here hangs
-    the batch queue, ray-project/ray#66140), so anything odd counts as one full slot.
-    """
-    try:
-        pixels = sum(min(page.pixels, max_batch_pixels) for page in pages)
-        by_pixels = math.ceil(pixels * max_batch_size / max_batch_pixels)
-        return max(len(pages), by_pixels)
-    except Exception:
-        return len(pages)
-
-
-@dataclasses.dataclass
-class Queued:
-    """A page in the batcher, with when it arrived: its wait is the `queue_wait` stage."""
-
-    page: PagePayload
-    since: float = dataclasses.field(default_factory=time.perf_counter)
-    started: bool = False
-
-    @property
-    def pixels(self) -> int:
-        return self.page.pixels
-
-
-def record_batch_metrics(engine: str, pages: list[PagePayload], outcomes: list, engine_ms: float,
-                         max_batch_pixels: int, gpu: Optional[dict]) -> None:
-    """Page outcomes, invalid reasons, error codes, batch size and fill of one engine call."""
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            metrics.inc("ocr_pages_total", engine=engine, outcome="failed")
-            metrics.inc("ocr_engine_errors_total", code=getattr(outcome, "code", "internal_error"))
-        elif not outcome.result.valid:
-            metrics.inc("ocr_pages_total", engine=engine, outcome="invalid")
-            metrics.inc("ocr_invalid_pages_total",
-                        reason=metrics.invalid_reason(outcome.result.notes, outcome.result.finish_reason))
-        else:
-            metrics.inc("ocr_pages_total", engine=engine, outcome="ok")
-    metrics.stage("engine", engine_ms / 1000)
-    metrics.observe("ocr_batch_pages", len(pages))
-    metrics.observe("ocr_batch_fill_ratio", min(1.0, sum(p.pixels for p in pages) / max_batch_pixels))
-    metrics.gpu_gauges(gpu)
-
-
 # graceful_shutdown_timeout_s: a replica told to stop finishes the pages it holds; a VLM page at
 # max_new_tokens on a busy GPU can take tens of seconds. health_check_period_s: the controller
 # notices a killed replica at its next health check; at 10 s a replacement took up to 15 s.
@@ -128,8 +82,9 @@ class OCRModel:
         self._batcher = None
         self._stats = {"batches": 0, "pages": 0, "max_batch_size": 0, "failed_pages": 0}
         self._waiting = 0  # pages in the batcher not yet in a batch: the ocr_queue_pages gauge
-        self._running = 0  # batches in the engine now: an idle replica does not wait for a batch to fill
-        self._rate = ServiceRate()  # its seconds per page, for the service_rate autoscaling policy
+        # Batches in the engine now (an idle replica does not wait for a batch to fill), and the
+        # replica's seconds per page over them (for the service_rate autoscaling policy).
+        self._rate = ServiceRate()
         if settings.ocr_autoscaling:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
             metrics.set_gauge("ocr_replicas_max", settings.ocr_autoscaling.max_replicas)
         self.reconfigure(settings.batching.model_dump())
@@ -155,7 +110,7 @@ class OCRModel:
         """Serve's batcher waits the timeout in force when a batch's first page arrives. A page that
         reaches an idle replica has nobody to wait for: it starts at once, and the pages that come
         while it runs queue and wait to fill the next batch (what the timeout is for)."""
-        busy = self._running > 0 or self._config.wait_when_idle
+        busy = self._rate.running > 0 or self._config.wait_when_idle
         self._batcher.set_batch_wait_timeout_s(self._config.batch_wait_timeout_s if busy else 0.0)
 
     def _batch_cost(self, pages: list) -> int:
@@ -202,9 +157,8 @@ class OCRModel:
             metrics.stage("queue_wait", now - queued.since)
         self._queue_changed(-len(batch))
         waits_ms = [round((now - queued.since) * 1000, 1) for queued in batch]
-        self._running += 1
-        self._set_batch_wait()
         self._rate.batch_started()
+        self._set_batch_wait()
         done = 0
         try:
             outcomes = await asyncio.to_thread(self._infer_batch, [queued.page for queued in batch], waits_ms)
@@ -212,7 +166,6 @@ class OCRModel:
             return outcomes
         finally:
             self._rate.batch_finished(done)  # a batch that failed or was cancelled is not a speed
-            self._running -= 1
             self._set_batch_wait()
 
     def _infer_batch(self, pages: list[PagePayload], waits_ms: Optional[list] = None) -> list:

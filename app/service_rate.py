@@ -48,6 +48,11 @@ class ServiceRate:
             self._pages += self._alpha * (pages - self._pages)
 
     @property
+    def running(self) -> int:
+        """Batches started and not yet finished."""
+        return self._running
+
+    @property
     def seconds_per_page(self) -> Optional[float]:
         """None until a batch finished: the policy then falls back on batch capacity."""
         if not self._busy or not self._pages:

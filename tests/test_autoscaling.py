@@ -143,12 +143,13 @@ def test_service_rate_counts_busy_time_once_when_batches_overlap_and_never_idle_
     rate_.batch_started()
     clock.now += 1.0
     rate_.batch_started()  # a second batch overlaps the first
+    assert rate_.running == 2
     clock.now += 1.0
     rate_.batch_finished(4)  # 2 s busy since it started, 4 pages
     assert rate_.seconds_per_page == pytest.approx(0.5)
     clock.now += 1.0
     rate_.batch_finished(4)  # 1 more busy second, not the 2 s this batch lasted
-    assert rate_.seconds_per_page == pytest.approx(0.25)
+    assert rate_.seconds_per_page == pytest.approx(0.25) and rate_.running == 0
 
 
 def test_service_rate_moves_towards_a_new_speed_and_weighs_pages():

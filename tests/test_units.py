@@ -14,7 +14,7 @@ from ray.serve.schema import ServeDeploySchema
 from app.builder import GPUCapacityError, check_gpu_capacity, wait_for_gpu_capacity
 from app.config import Settings
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, ServiceUnavailable, to_error, unwrap
-from app.ocr_model import batch_cost
+from app.batching import batch_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 
