@@ -1,0 +1,242 @@
+"""Finding a page's rotation among 0/90/180/270, cheaply where the page is upright.
+
+The first look, on every page (a few milliseconds):
+1. The axis of the text, from a thumbnail's ink: each blob of ink (a character, or part of
+   one) and its two nearest neighbours. Within a line characters sit closer to each other
+   than lines do, so neighbours lie along the lines.
+2. If the lines run across, crops of six lines go to the bundled 0/180 classifier, each asked
+   both ways up (its own lean towards one answer cancels out). The page is upright when the
+   axis is clear and the lines, pooled, are surely upright (on the devset no page turned 180
+   degrees came within 0.13 of the bar: load/orientation.py).
+
+Everything else gets the full look (a few hundred milliseconds, measured in load/orientation.py):
+3. The detector's line boxes on a thumbnail give the axis: boxes longer across than down, by area.
+4. The longest lines, turned along that axis, are read by the recognizer both ways up; the way
+   they read more confidently, pooled over the lines, is up. No single line decides.
+
+`Finding.confidence` is the share of the evidence for the angle chosen, in [0, 1]: the axis
+vote's share times the up/down vote's share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from app.orientation.geometry import turn, turn_point
+
+LOOK_SIDE = 1024  # the thumbnail the ink is measured on
+MIN_BLOBS = 12  # with fewer neighbour pairs than this, the ink says nothing about the axis
+AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles it in the first look
+FIRST_LINES = 6  # lines the first look classifies
+UPRIGHT_SURE = 0.20  # the first look's lines may average at most this P(upside down)
+READ_LINES = 4  # lines the full look reads both ways up
+READ_ASPECT = 10  # a line longer than this many heights is read in its first stretch only
+
+
+@dataclass(frozen=True)
+class Finding:
+    rotation: int  # clockwise degrees that make the page upright
+    confidence: float
+    look: str  # "first": the first look settled it; "full"; "blank": no text found, left as it is
+
+
+class OrientationFinder:
+    """Finds rotations; holds the models. Thread-safe: one page per call."""
+
+    def __init__(self, direction=None, reader=None):
+        from app.orientation.models import LineDirection, LineReader
+
+        self._direction = direction or LineDirection()
+        self._reader = reader or LineReader()
+
+    def find(self, rgb: np.ndarray) -> Finding:
+        rgb = _as_rgb(rgb)
+        thumb, thumb_scale = _thumbnail(_grey(rgb), LOOK_SIDE)
+        ink = _ink(thumb)
+        across, axis_share = _axis_from_blobs(ink)
+        if across and axis_share >= AXIS_SURE:
+            share = self._first_look_upright(rgb, ink, thumb_scale)
+            if share is not None:
+                return Finding(0, round(axis_share * share, 3), "first")
+        return self._full_look(rgb, across, axis_share)
+
+    def _first_look_upright(self, rgb, ink, thumb_scale) -> Optional[float]:
+        """The up/down share when the sampled lines are surely upright; None when any doubt remains."""
+        crops = _line_crops(rgb, ink, thumb_scale, FIRST_LINES)
+        if len(crops) < 2:
+            return None  # one line is not a vote
+        both = self._direction.upside_down(crops + [np.ascontiguousarray(crop[::-1, ::-1]) for crop in crops])
+        upside_down = float(np.mean((both[:len(crops)] + 1.0 - both[len(crops):]) / 2))
+        return 1 - upside_down if upside_down <= UPRIGHT_SURE else None
+
+    def _full_look(self, rgb: np.ndarray, blob_across: Optional[bool], blob_share: float) -> Finding:
+        boxes = self._reader.boxes(rgb)
+        across, axis_share = _axis_from_boxes(boxes)
+        if across is None:  # no line long enough to have an axis (a word or two): the blobs decide
+            across, axis_share = blob_across, blob_share
+        if across is None or not boxes:
+            return Finding(0, 0.0, "blank")
+        base = 0 if across else 90
+        height, width = rgb.shape[:2]
+        turned = turn(rgb, base)
+        lines = [np.array([turn_point(x, y, base, width, height) for x, y in quad]) for quad in boxes]
+        crops = _box_crops(turned, lines, READ_LINES)
+        if not crops:
+            return Finding(base, round(axis_share * 0.5, 3), "full")
+        scores = self._reader.scores(crops + [np.ascontiguousarray(crop[::-1, ::-1]) for crop in crops])
+        as_turned, flipped = float(scores[:len(crops)].mean()), float(scores[len(crops):].mean())
+        rotation = base if as_turned >= flipped else (base + 180) % 360
+        share = max(as_turned, flipped) / (as_turned + flipped) if as_turned + flipped > 0 else 0.5
+        return Finding(rotation, round(axis_share * share, 3), "full")
+
+
+def _as_rgb(pixels: np.ndarray) -> np.ndarray:
+    return np.repeat(pixels[:, :, None], 3, axis=2) if pixels.ndim == 2 else pixels
+
+
+def _grey(rgb: np.ndarray) -> np.ndarray:
+    import cv2
+
+    return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+
+
+def _thumbnail(grey: np.ndarray, side: int) -> tuple[np.ndarray, float]:
+    import cv2
+
+    height, width = grey.shape
+    scale = min(1.0, side / max(height, width))
+    if scale >= 1.0:
+        return grey, 1.0
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return cv2.resize(grey, size, interpolation=cv2.INTER_AREA), scale
+
+
+def _ink(grey: np.ndarray) -> np.ndarray:
+    """Dark marks on a lighter local background (uneven light and coloured paper included), as 0/1."""
+    import cv2
+
+    block = max(15, (min(grey.shape) // 16) | 1)
+    return cv2.adaptiveThreshold(grey, 1, cv2.ADAPTIVE_THRESH_MEAN_C, cv2.THRESH_BINARY_INV, block, 12)
+
+
+def _blobs(ink: np.ndarray) -> np.ndarray:
+    """Rows of (cx, cy, width, height) for character-sized connected blobs of ink."""
+    import cv2
+
+    count, _, stats, centroids = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    if count <= 1:
+        return np.zeros((0, 4))
+    widths, heights, areas = stats[1:, 2], stats[1:, 3], stats[1:, 4]
+    limit = max(ink.shape) / 8
+    keep = (areas >= 4) & (widths < limit) & (heights < limit) & (np.maximum(widths, heights) >= 3)
+    return np.column_stack([centroids[1:][keep], widths[keep], heights[keep]]).astype(float)
+
+
+def _axis_from_blobs(ink: np.ndarray, neighbours: int = 2, queries: int = 400) -> tuple[Optional[bool], float]:
+    """(True if lines run across, share of neighbour pairs along that axis); None without enough blobs."""
+    blobs = _blobs(ink)
+    if len(blobs) < MIN_BLOBS:
+        return None, 0.0
+    centres = blobs[:, :2]
+    size = float(np.median(np.maximum(blobs[:, 2], blobs[:, 3])))
+    asked = centres
+    if len(centres) > queries:  # every blob can be a neighbour, but only a sample asks
+        asked = centres[np.random.default_rng(0).choice(len(centres), queries, replace=False)]
+    deltas = centres[None, :, :] - asked[:, None, :]
+    distances = np.hypot(deltas[..., 0], deltas[..., 1])
+    distances[distances == 0] = np.inf  # the blob itself
+    nearest = np.argpartition(distances, neighbours, axis=1)[:, :neighbours]
+    rows = np.arange(len(asked))[:, None]
+    dx = np.abs(deltas[rows, nearest, 0])
+    dy = np.abs(deltas[rows, nearest, 1])
+    near = distances[rows, nearest] < 4 * size  # a neighbour across a wide gap says nothing
+    along_x = float(np.sum((dx > dy) & near))
+    along_y = float(np.sum((dy > dx) & near))
+    if along_x + along_y < MIN_BLOBS:
+        return None, 0.0
+    return along_x >= along_y, max(along_x, along_y) / (along_x + along_y)
+
+
+def _axis_from_boxes(boxes: list[np.ndarray]) -> tuple[Optional[bool], float]:
+    """(True if lines run across, their share of the area of elongated boxes); None without any."""
+    across = down = 0.0
+    for quad in boxes:
+        width = float(np.linalg.norm(quad[1] - quad[0]))
+        height = float(np.linalg.norm(quad[3] - quad[0]))
+        if width > 1.5 * height:
+            across += width * height
+        elif height > 1.5 * width:
+            down += width * height
+    if across + down == 0:
+        return None, 0.0
+    return across >= down, max(across, down) / (across + down)
+
+
+def _box_crops(rgb: np.ndarray, quads: list[np.ndarray], count: int) -> list[np.ndarray]:
+    """The `count` longest lines lying across, each cut to its first READ_ASPECT heights."""
+    page_height, page_width = rgb.shape[:2]
+    bounds = []
+    for quad in quads:
+        x0, y0 = np.floor(quad.min(axis=0)).astype(int)
+        x1, y1 = np.ceil(quad.max(axis=0)).astype(int)
+        x0, y0, x1, y1 = max(0, x0), max(0, y0), min(page_width, x1), min(page_height, y1)
+        if y1 - y0 >= 4 and x1 - x0 >= 2 * (y1 - y0):
+            bounds.append((x1 - x0, x0, y0, x1, y1))
+    bounds.sort(reverse=True)
+    return [rgb[y0:y1, x0:min(x1, x0 + READ_ASPECT * (y1 - y0))] for _, x0, y0, x1, y1 in bounds[:count]]
+
+
+def _line_crops(rgb: np.ndarray, ink: np.ndarray, thumb_scale: float, lines: int) -> list[np.ndarray]:
+    """Crops (from the full page) of up to `lines` stretches of text lines lying across.
+
+    A line is a band of rows with ink between rows without; a crop is a stretch of it about four
+    line-heights long (the classifier's 48x192 shape), so a long line is not squeezed. The best
+    stretch of each line comes first: more lines, more independent votes."""
+    rows = ink.mean(axis=1)
+    has_ink = rows > max(0.01, 0.1 * float(rows.max(initial=0)))
+    bands, start = [], None
+    for y, on in enumerate(np.append(has_ink, False)):
+        if on and start is None:
+            start = y
+        elif not on and start is not None:
+            if y - start >= 4:
+                bands.append((start, y))
+            start = None
+    if not bands:
+        return []
+    median_height = float(np.median([bottom - top for top, bottom in bands]))
+    by_line: dict = {}
+    for top, bottom in bands:
+        height = bottom - top
+        if height > 3 * median_height:
+            continue  # lines run together, or a picture
+        columns = ink[top:bottom].sum(axis=0)
+        filled = np.nonzero(columns)[0]
+        if len(filled) == 0:
+            continue
+        left, right, step = int(filled[0]), int(filled[-1]) + 1, 4 * height
+        stretches = []
+        for x in range(left, right, step):
+            end = min(right, x + step)
+            density = float(columns[x:end].sum()) / (height * (end - x))
+            if end - x >= height and 0.04 <= density <= 0.5:  # text: not blank, not a dark edge or picture
+                stretches.append((density, top, bottom, x, end))
+        if stretches:
+            by_line[(top, bottom)] = sorted(stretches, reverse=True)
+    chosen = []
+    for rank in range(max((len(stretches) for stretches in by_line.values()), default=0)):
+        for stretches in by_line.values():
+            if rank < len(stretches) and len(chosen) < lines:
+                chosen.append(stretches[rank][1:])
+    crops = []
+    page_height, page_width = rgb.shape[:2]
+    for top, bottom, x0, x1 in chosen:
+        pad = 0.15 * (bottom - top)
+        y0, y1 = int(max(0, (top - pad) / thumb_scale)), int(min(page_height, (bottom + pad) / thumb_scale))
+        c0, c1 = int(max(0, x0 / thumb_scale)), int(min(page_width, x1 / thumb_scale))
+        if y1 - y0 >= 2 and c1 - c0 >= 2:
+            crops.append(rgb[y0:y1, c0:c1])
+    return crops
