@@ -2,6 +2,5 @@
 
 - geometry.py: quarter turns of pixels and of points (pure, exact);
 - finder.py: the rotation of a page, a cheap first look then a full one where unsure;
-- models.py: the bundled PP-OCR models the finder uses;
-- request.py: what a request or the settings ask for (auto, off, or a fixed angle).
+- models.py: the bundled PP-OCR models the finder uses.
 """

@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from app.orientation.geometry import turn, turn_point
+from app.page_size import as_rgb
 
 LOOK_SIDE = 1024  # the thumbnail the ink is measured on
 MIN_BLOBS = 12  # with fewer neighbour pairs than this, the ink says nothing about the axis
@@ -53,7 +54,7 @@ class OrientationFinder:
         self._reader = reader or LineReader()
 
     def find(self, rgb: np.ndarray) -> Finding:
-        rgb = _as_rgb(rgb)
+        rgb = as_rgb(rgb)
         thumb, thumb_scale = _thumbnail(_grey(rgb), LOOK_SIDE)
         ink = _ink(thumb)
         across, axis_share = _axis_from_blobs(ink)
@@ -68,7 +69,7 @@ class OrientationFinder:
         crops = _line_crops(rgb, ink, thumb_scale, FIRST_LINES)
         if len(crops) < 2:
             return None  # one line is not a vote
-        both = self._direction.upside_down(crops + [np.ascontiguousarray(crop[::-1, ::-1]) for crop in crops])
+        both = self._direction.upside_down(_both_ways_up(crops))
         upside_down = float(np.mean((both[:len(crops)] + 1.0 - both[len(crops):]) / 2))
         return 1 - upside_down if upside_down <= UPRIGHT_SURE else None
 
@@ -86,15 +87,16 @@ class OrientationFinder:
         crops = _box_crops(turned, lines, READ_LINES)
         if not crops:
             return Finding(base, round(axis_share * 0.5, 3), "full")
-        scores = self._reader.scores(crops + [np.ascontiguousarray(crop[::-1, ::-1]) for crop in crops])
+        scores = self._reader.scores(_both_ways_up(crops))
         as_turned, flipped = float(scores[:len(crops)].mean()), float(scores[len(crops):].mean())
         rotation = base if as_turned >= flipped else (base + 180) % 360
         share = max(as_turned, flipped) / (as_turned + flipped) if as_turned + flipped > 0 else 0.5
         return Finding(rotation, round(axis_share * share, 3), "full")
 
 
-def _as_rgb(pixels: np.ndarray) -> np.ndarray:
-    return np.repeat(pixels[:, :, None], 3, axis=2) if pixels.ndim == 2 else pixels
+def _both_ways_up(crops: list[np.ndarray]) -> list[np.ndarray]:
+    """The crops, then each turned 180 degrees: one batch asks every line both ways up."""
+    return crops + [np.ascontiguousarray(crop[::-1, ::-1]) for crop in crops]
 
 
 def _grey(rgb: np.ndarray) -> np.ndarray:

@@ -32,11 +32,6 @@ def unturn_point(x: float, y: float, rotation: int, width: float, height: float)
     raise ValueError(f"rotation must be one of {ANGLES}, not {rotation!r}")
 
 
-def unturn_quad(quad, rotation: int, width: float, height: float) -> list:
-    """Each corner of an upright-page quadrilateral, on the page as uploaded."""
-    return [list(unturn_point(float(x), float(y), rotation, width, height)) for x, y in quad]
-
-
 def turn_point(x: float, y: float, rotation: int, width: float, height: float) -> tuple[float, float]:
     """A point on a `width` x `height` page, where it lands once the page is turned by `rotation`."""
     if rotation == 0:
