@@ -213,6 +213,10 @@ class Settings(BaseModel):
         256, ge=1, description="Pages each caller may queue for the OCR replicas; beyond: 503 with Retry-After."
     )
     limits: Limits = Field(default_factory=Limits)
+    orientation: Literal["auto", "off"] = Field(
+        "auto", description="auto: find each page's rotation (0/90/180/270) and turn it upright before the engine; "
+        "off: pages go as uploaded. A request's `orientation` field overrides it (auto, off or an angle)."
+    )
     decode_workers: int = Field(
         2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
     )

@@ -153,7 +153,8 @@ class Ingress:
         The first page that fails for good fails the request at once: the other pages,
         and the rest of the document still rasterising, are cancelled.
         """
-        stream = self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages)
+        stream = self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages,
+                                          upload.orientation)
         tasks: list[asyncio.Task] = []
         streamed = False
         try:

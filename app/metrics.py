@@ -25,7 +25,8 @@ from typing import Optional
 logger = logging.getLogger("ray.serve")
 
 PREFIX = "ray_"  # what Ray's exporter puts before every application metric
-STAGES = ("read_upload", "decode", "render", "resize_encode", "queue_wait", "engine", "postprocess", "total")
+STAGES = ("read_upload", "decode", "render", "resize_encode", "orientation", "queue_wait", "engine", "postprocess",
+          "total")
 _SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 
 # name: (kind, description, label keys, histogram boundaries)
@@ -40,6 +41,8 @@ SPEC: dict[str, tuple] = {
                                 ("code",), None),
     "ocr_stage_seconds": ("histogram", "Seconds spent in each stage; queue_wait is a page's wait in the batcher, "
                           "engine one batch's engine call, total one whole request", ("stage",), _SECONDS),
+    "ocr_page_rotations_total": ("counter", "Pages the Preprocessor turned, by the clockwise degrees applied "
+                                 "(0: found upright or orientation off)", ("rotation",), None),
     "ocr_batch_pages": ("histogram", "Pages in one engine call", (), [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64]),
     "ocr_batch_fill_ratio": ("histogram", "A batch's pixels over batching.max_batch_pixels", (),
                              [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]),

@@ -8,12 +8,14 @@ import time
 from ray import serve
 
 from app import metrics
-from app.layout import box_from_quad, page_markdown, page_text, paragraphs, reading_order
-from app.schemas import PageOCR
+from app.layout import Box, box_from_quad, page_markdown, page_text, paragraphs, reading_order
+from app.orientation.geometry import unturn_point
+from app.schemas import PageOCR, PagePayload
 
 
 def build_page_result(ocr: PageOCR) -> dict:
-    """Boxes are returned in source pixels: the decoded image, or the PDF page rendered at `dpi`."""
+    """Boxes are returned in source pixels of the page as uploaded (the decoded image, or the PDF
+    page rendered at `dpi`), before any turn; reading order is worked out on the upright page."""
     start = time.perf_counter()
     page, result = ocr.page, ocr.result
     boxes = [box_from_quad(line.quad, page.scale, line.text, line.confidence) for line in result.lines]
@@ -25,7 +27,7 @@ def build_page_result(ocr: PageOCR) -> dict:
         text, markdown = page_text(groups), page_markdown(groups)
     blocks = [
         {
-            "bbox": [round(b.x0, 1), round(b.y0, 1), round(b.x1, 1), round(b.y1, 1)],
+            "bbox": uploaded_bbox(b, page),
             "text": b.text,
             "confidence": round(b.confidence, 4),
             "line": line_index,
@@ -40,6 +42,8 @@ def build_page_result(ocr: PageOCR) -> dict:
         "width": page.source_width,
         "height": page.source_height,
         "dpi": round(page.dpi, 2) if page.dpi else None,
+        "rotation": page.rotation,
+        "rotation_confidence": page.rotation_confidence,
         "text": text,
         "markdown": markdown,
         "blocks": blocks,
@@ -49,6 +53,14 @@ def build_page_result(ocr: PageOCR) -> dict:
         "batch": {"size": ocr.batch_size, "pixels": ocr.batch_pixels},
         "timings_ms": timings,
     }
+
+
+def uploaded_bbox(box: Box, page: PagePayload) -> list[float]:
+    """A box on the upright page, as [x0, y0, x1, y1] on the page as uploaded."""
+    corners = [unturn_point(x, y, page.rotation, page.source_width, page.source_height)
+               for x, y in ((box.x0, box.y0), (box.x1, box.y1))]
+    xs, ys = [x for x, _ in corners], [y for _, y in corners]
+    return [round(min(xs), 1), round(min(ys), 1), round(max(xs), 1), round(max(ys), 1)]
 
 
 def clean_engine_markdown(markdown: str) -> str:

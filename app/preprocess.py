@@ -8,13 +8,17 @@ so the ingress sends page 1 to the OCR replicas while page 2 is still rasterisin
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator, Optional
+
+import numpy as np
 
 from ray import serve
 
 from app import metrics
 from app.config import Settings
 from app.engines import input_budget
+from app.orientation.upright import Orientation, Orienter
 from app.sandbox import DecodeSandbox, RenderedPage
 from app.schemas import PagePayload
 
@@ -25,19 +29,22 @@ def record_stages(page: RenderedPage) -> None:
     metrics.stage("resize_encode", page.resize_encode_ms / 1000)
 
 
-def to_payload(page: RenderedPage, index: int, request_id: str) -> PagePayload:
+def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index: int, request_id: str) -> PagePayload:
+    """`image` is the page as turned upright; the source size stays the upload's (boxes are mapped back)."""
     return PagePayload(
         request_id=request_id,
         index=index,
         page_number=page.page_number,
-        image=page.image,
-        width=page.width,
-        height=page.height,
+        image=image,
+        width=image.shape[1],
+        height=image.shape[0],
         source_width=page.source_width,
         source_height=page.source_height,
         scale=page.scale,
         dpi=page.dpi,
-        timings_ms={"decode": page.decode_ms, "resize_encode": page.resize_encode_ms},
+        rotation=turned.rotation,
+        rotation_confidence=turned.confidence,
+        timings_ms={"decode": page.decode_ms, "resize_encode": page.resize_encode_ms, "orientation": turned.ms},
     )
 
 
@@ -46,16 +53,29 @@ class Preprocessor:
     def __init__(self, settings: Settings):
         budget = input_budget(settings)
         self._sandbox = DecodeSandbox(settings.limits, budget.max_side, budget.max_pixels, settings.decode_workers)
+        self._orienter = Orienter(settings.orientation)
 
     async def prepare(
-        self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str]
+        self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
+        orientation: Optional[str] = None,
     ) -> AsyncIterator[PagePayload]:
-        """Yield one payload per page, in document order. Bad input raises a 4xx error before any page."""
+        """Yield one payload per page, in document order, each turned upright as `orientation` says
+        (None: the settings' mode). Bad input raises a 4xx error before any page."""
         index = 0
         async for page in self._sandbox.pages(data, content_type, pages, label=f"request {request_id}"):
             record_stages(page)
-            yield to_payload(page, index, request_id)
+            image, turned = await self._upright(page.image, orientation)
+            yield to_payload(page, image, turned, index, request_id)
             index += 1
+
+    async def _upright(self, image: np.ndarray, orientation: Optional[str]) -> tuple[np.ndarray, Orientation]:
+        if (orientation or self._orienter.default_mode) == "off":
+            turned = Orientation(0, None, 0.0)
+        else:  # the finder's models and the turn are CPU work: off the event loop
+            image, turned = await asyncio.to_thread(self._orienter.upright, image, orientation)
+            metrics.stage("orientation", turned.ms / 1000)
+        metrics.inc("ocr_page_rotations_total", rotation=str(turned.rotation))
+        return image, turned
 
     async def select_pages(self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
                            max_pages: int) -> list[int]:

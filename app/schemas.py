@@ -24,12 +24,14 @@ class PagePayload:
     index: int  # 0-based position in the response
     page_number: int  # 1-based page (or frame) number in the source document
     image: Optional[np.ndarray]  # uint8, HxW (grey) or HxWx3 (RGB), at engine resolution; None once read
-    width: int  # engine-resolution size
+    width: int  # engine-resolution size, of the page as turned upright
     height: int
-    source_width: int  # the coordinate space of returned boxes
+    source_width: int  # the coordinate space of returned boxes: the page as uploaded, before any turn
     source_height: int
     scale: float  # engine pixels per source pixel (<= 1)
     dpi: Optional[float] = None  # set for rasterised PDF pages
+    rotation: int = 0  # clockwise degrees the preprocessor turned the page (app/orientation)
+    rotation_confidence: Optional[float] = None  # the finder's confidence; None where no finder ran
     timings_ms: dict = field(default_factory=dict)
 
     @property

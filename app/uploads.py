@@ -11,6 +11,7 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
 from app.errors import BadRequest, PayloadTooLarge
+from app.orientation.upright import parse_mode
 
 
 @dataclass
@@ -19,17 +20,19 @@ class Upload:
     content_type: Optional[str]  # as declared by the client, checked against the bytes later
     filename: Optional[str]
     pages: Optional[str]
+    orientation: Optional[str] = None  # auto, off or an angle (app/orientation/upright.py); None: the settings'
 
 
 async def read_upload(request: Request, max_bytes: int) -> Upload:
     body = await _read_bounded(request, max_bytes)
     content_type = request.headers.get("content-type", "")
     pages = request.query_params.get("pages")
+    orientation = parse_mode(request.query_params.get("orientation"))
     if content_type.lower().startswith("multipart/form-data"):
-        return await _from_multipart(request, body, pages)
+        return await _from_multipart(request, body, pages, orientation)
     if not body:
         raise BadRequest("The request has no body: send multipart field 'file' or the raw document.", code="empty_file")
-    return Upload(body, content_type or None, None, pages)
+    return Upload(body, content_type or None, None, pages, orientation)
 
 
 async def _read_bounded(request: Request, max_bytes: int) -> bytes:
@@ -55,7 +58,8 @@ def _too_large(size: int, max_bytes: int) -> PayloadTooLarge:
     )
 
 
-async def _from_multipart(request: Request, body: bytes, pages: Optional[str]) -> Upload:
+async def _from_multipart(request: Request, body: bytes, pages: Optional[str], orientation: Optional[str]) -> Upload:
+    """Form fields `pages` and `orientation` win over the query's."""
     async def replay():
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -69,12 +73,13 @@ async def _from_multipart(request: Request, body: bytes, pages: Optional[str]) -
         if not isinstance(file, UploadFile):
             raise BadRequest("Multipart field 'file' is missing or is not a file.", code="missing_file")
         data = await file.read()
-        form_pages = form.get("pages")
+        form_pages, form_orientation = form.get("pages"), form.get("orientation")
         return Upload(
             data=data,
             content_type=file.content_type,
             filename=file.filename,
             pages=form_pages if isinstance(form_pages, str) else pages,
+            orientation=parse_mode(form_orientation) if isinstance(form_orientation, str) else orientation,
         )
     finally:
         await form.close()

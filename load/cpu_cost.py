@@ -84,6 +84,21 @@ def engine_input_of(documents):
     return lambda payload: as_rgb(payload.image)
 
 
+def payload_maker(settings, to_payload):
+    """The Preprocessor's page -> payload step, with the tree's orientation finder where it has one
+    (settings' default mode: `auto`), so its CPU counts in "after"."""
+    try:
+        from app.orientation.upright import Orienter
+    except ImportError:
+        return lambda page, index: to_payload(page, index, "cpu_cost")
+    orienter = Orienter(settings.orientation)
+
+    def payload_of(page, index):
+        image, turned = orienter.upright(page.image, None)
+        return to_payload(page, image, turned, index, "cpu_cost")
+    return payload_of
+
+
 def run_arm(docs_file: str) -> dict:
     """Every set's CPU seconds and pages, measured with the `app` of the arm's tree (the cwd)."""
     sys.path.insert(0, os.getcwd())  # before this repository's root, which the module put first
@@ -98,11 +113,12 @@ def run_arm(docs_file: str) -> dict:
     budget = input_budget(settings)
     sets = pickle.loads(Path(docs_file).read_bytes())
     engine_input = engine_input_of(documents)
+    payload_of = payload_maker(settings, to_payload)
 
     async def one(sandbox, data: bytes, content_type: str) -> int:
         pages = 0
         async for page in sandbox.pages(data, content_type, None, label="cpu_cost"):
-            payload = to_payload(page, pages, "cpu_cost")
+            payload = payload_of(page, pages)
             for _hop in ("to the ingress", "to the OCR replica"):
                 payload = ray_hop(payload)
             engine_input(payload)

@@ -20,6 +20,7 @@ class Job:
     filename: Optional[str] = None
     document_sha256: str = ""
     pages: list = field(default_factory=list)  # the 1-based page numbers to process, in order
+    orientation: Optional[str] = None  # the request's orientation field (app/orientation/upright.py); None: settings'
     created_at: float = field(default_factory=time.time)
     started_at: Optional[float] = None
     finished_at: Optional[float] = None

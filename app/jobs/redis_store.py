@@ -23,7 +23,7 @@ from app.jobs.store import JobStore
 PREFIX = "ocrjobs:"
 CHUNK_BYTES = 1024 * 1024
 _FIELDS = ("status", "client", "content_type", "filename", "document_sha256", "pages", "created_at", "started_at",
-           "finished_at", "expires_at", "error", "engine", "owner", "lease_until")
+           "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation")
 
 # KEYS: queue. ARGV: owner, lease_s, prefix. The oldest unfinished job with a free or lapsed lease.
 _CLAIM = """
@@ -220,6 +220,6 @@ def _decode(name: str, raw: Optional[bytes]):
         return json.loads(text) if text else ([] if name == "pages" else None)
     if name in ("created_at", "started_at", "finished_at", "expires_at", "lease_until"):
         return float(text) if text else (0.0 if name == "lease_until" else None)
-    return text or None if name in ("content_type", "filename", "owner") else text
+    return text or None if name in ("content_type", "filename", "owner", "orientation") else text
 
 

@@ -68,7 +68,8 @@ class JobRoutes:
                                                     self._jobs.max_pages)
         job = Job(id=uuid.uuid4().hex, client=_client(request), content_type=upload.content_type,
                   filename=(upload.filename or "")[:255] or None,
-                  document_sha256=hashlib.sha256(upload.data).hexdigest(), pages=pages, created_at=time.time())
+                  document_sha256=hashlib.sha256(upload.data).hexdigest(), pages=pages,
+                  orientation=upload.orientation, created_at=time.time())
         stored, created = await self._call(store.create, job, upload.data, key)
         if not created and stored.document_sha256 != job.document_sha256:
             raise Conflict("This Idempotency-Key was already used for a different document.",

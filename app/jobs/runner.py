@@ -206,7 +206,8 @@ class JobRunner:
         bad page fails alone; a page that fails alone is retried on retryable errors, then reported."""
         seen: set[int] = set()
         try:
-            async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers)):
+            async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers),
+                                                         job.orientation):
                 seen.add(payload.page_number)
                 yield payload
             return
@@ -227,7 +228,8 @@ class JobRunner:
             self.stats["page_retries"] += 1
             await asyncio.sleep(backoff_s(attempt))
             try:
-                async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number)):
+                async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number),
+                                                         job.orientation):
                     return payload
             except Exception as exc:
                 error = to_error(exc, job.id)

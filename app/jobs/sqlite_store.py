@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, status TEXT NOT NULL, client TEXT NOT NULL, content_type TEXT, filename TEXT,
     document_sha256 TEXT NOT NULL, pages TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL,
     finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
-    idempotency_key TEXT);
+    idempotency_key TEXT, orientation TEXT);
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
 CREATE TABLE IF NOT EXISTS documents (job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS page_results (
@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     client TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, PRIMARY KEY (client, key));
 """
 _COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
-            "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until")
+            "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation")
 _UNFINISHED = (QUEUED, RUNNING)
 
 
@@ -46,10 +46,17 @@ class SQLiteJobStore(JobStore):
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives a process crash
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(_SCHEMA)
+        self._add_missing_columns()
         try:
             os.chmod(path, 0o600)  # documents of strangers: readable by the service account only
         except OSError:
             pass
+
+    def _add_missing_columns(self) -> None:
+        """A store written before `orientation` existed gains the column (NULL: the settings' mode)."""
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "orientation" not in present:
+            self._db.execute("ALTER TABLE jobs ADD COLUMN orientation TEXT")
 
     def _transaction(self, work):
         with self._lock:
@@ -74,7 +81,8 @@ class SQLiteJobStore(JobStore):
                 if row and db.execute("SELECT 1 FROM jobs WHERE id=?", (row[0],)).fetchone():
                     return row[0], False
                 db.execute("INSERT OR REPLACE INTO idempotency VALUES (?,?,?)", (job.client, idempotency_key, job.id))
-            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, idempotency_key) VALUES ({', '.join('?' * 16)})",
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, idempotency_key) "
+                       f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
                        (*_row(job), idempotency_key))
             db.execute("INSERT INTO documents VALUES (?,?)", (job.id, sqlite3.Binary(document)))
             return job.id, True
@@ -180,7 +188,7 @@ def _dumps(value) -> Optional[str]:
 def _row(job: Job) -> tuple:
     return (job.id, job.status, job.client, job.content_type, job.filename, job.document_sha256,
             json.dumps(job.pages), job.created_at, job.started_at, job.finished_at, job.expires_at,
-            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until)
+            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until, job.orientation)
 
 
 def _job(row) -> Job:

@@ -1,0 +1,164 @@
+"""Pages that arrive turned: the geometry, the finder, and the service over real HTTP.
+
+The rotated copies are made here from synthetic pages; no image is committed.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.errors import BadRequest
+from app.layout import Box
+from app.orientation.geometry import ANGLES, turn, turn_point, unturn_point
+from app.orientation.upright import Orienter, parse_mode
+from app.postprocess import uploaded_bbox
+from app.schemas import PagePayload
+from tests.conftest import png_bytes, render_text_page
+
+LINES = ["INVOICE 4711", "Total amount 57.80 EUR", "Thank you"]
+
+
+@pytest.fixture(scope="module")
+def upright_page() -> np.ndarray:
+    return np.asarray(render_text_page(LINES).convert("RGB"))
+
+
+def turned_png(pixels: np.ndarray, clockwise: int) -> bytes:
+    return png_bytes(Image.fromarray(turn(pixels, clockwise)))
+
+
+# -- geometry: pixels and points agree, and undo each other --
+
+@pytest.mark.parametrize("rotation", ANGLES)
+def test_a_pixel_and_its_point_travel_together(rotation):
+    height, width = 3, 5
+    page = np.arange(height * width).reshape(height, width)
+    turned = turn(page, rotation)
+    for y in range(height):
+        for x in range(width):
+            # the pixel's centre, mapped, lands on the centre of the same value in the turned page
+            tx, ty = turn_point(x + 0.5, y + 0.5, rotation, width, height)
+            assert turned[int(ty), int(tx)] == page[y, x]
+            assert unturn_point(tx, ty, rotation, width, height) == (x + 0.5, y + 0.5)
+
+
+@pytest.mark.parametrize("rotation", ANGLES)
+def test_a_box_on_the_upright_page_maps_back_to_the_upload(rotation):
+    upload_w, upload_h = 300, 200  # the page as uploaded; upright it is 200 x 300 after a quarter turn
+    page = PagePayload("r", 0, 1, None, 0, 0, upload_w, upload_h, 1.0, rotation=rotation)
+    upright_box = Box(10, 20, 50, 30, "t", 1.0)
+    expected = {0: [10, 20, 50, 30], 90: [20, 150, 30, 190], 180: [250, 170, 290, 180], 270: [270, 10, 280, 50]}
+    assert uploaded_bbox(upright_box, page) == expected[rotation]
+
+
+@pytest.mark.parametrize("value, mode", [(None, None), ("auto", "auto"), ("OFF", "off"), (" 270 ", "270")])
+def test_orientation_modes_parse(value, mode):
+    assert parse_mode(value) == mode
+
+
+@pytest.mark.parametrize("value", ["45", "-90", "upright", "", "360"])
+def test_other_orientations_are_refused(value):
+    with pytest.raises(BadRequest):
+        parse_mode(value)
+
+
+# -- the finder, in process --
+
+@pytest.fixture(scope="module")
+def orienter() -> Orienter:
+    return Orienter("auto")
+
+
+@pytest.mark.parametrize("uploaded_at", ANGLES)
+def test_the_finder_turns_a_page_upright(orienter, upright_page, uploaded_at):
+    pixels, done = orienter.upright(turn(upright_page, uploaded_at), None)
+    assert done.rotation == (360 - uploaded_at) % 360
+    assert np.array_equal(pixels, upright_page)
+    assert 0 < done.confidence <= 1
+
+
+def test_a_fixed_angle_is_applied_without_looking_and_off_leaves_the_page(orienter, upright_page):
+    upside_down = turn(upright_page, 180)
+    pixels, done = orienter.upright(upside_down, "180")
+    assert (done.rotation, done.confidence) == (180, None) and np.array_equal(pixels, upright_page)
+    pixels, done = orienter.upright(upside_down, "off")
+    assert (done.rotation, done.confidence) == (0, None) and pixels is upside_down
+
+
+def test_a_blank_page_is_left_as_it_is(orienter):
+    blank = np.full((400, 300, 3), 255, dtype=np.uint8)
+    pixels, done = orienter.upright(blank, None)
+    assert done.rotation == 0 and pixels.shape == blank.shape
+
+
+# -- the service, over HTTP --
+
+def ocr(client, png: bytes, **params):
+    response = client.post("/v1/ocr", params=params, files={"file": ("page.png", png, "image/png")})
+    assert response.status_code == 200, response.text
+    [page] = response.json()["pages"]
+    return page
+
+
+@pytest.fixture(scope="module")
+def upright_result(client, upright_page) -> dict:
+    return ocr(client, turned_png(upright_page, 0))
+
+
+@pytest.mark.parametrize("uploaded_at", [90, 180, 270])
+def test_a_turned_page_reads_as_upright_with_boxes_on_the_upload(client, upright_page, upright_result, uploaded_at):
+    page = ocr(client, turned_png(upright_page, uploaded_at))
+    assert upright_result["rotation"] == 0 and "invoice 4711" in upright_result["text"].lower()
+    assert page["rotation"] == (360 - uploaded_at) % 360 and page["rotation_confidence"] > 0
+    assert page["text"] == upright_result["text"]
+    height, width = upright_page.shape[:2]
+    assert (page["width"], page["height"]) == ((height, width) if uploaded_at in (90, 270) else (width, height))
+    assert "orientation" in page["timings_ms"]
+    # The engine saw the same pixels, so each box is the upright one carried onto the turned upload.
+    for turned_block, block in zip(page["blocks"], upright_result["blocks"]):
+        x0, y0, x1, y1 = block["bbox"]
+        corners = [turn_point(x, y, uploaded_at, width, height) for x, y in ((x0, y0), (x1, y1))]
+        expected = [min(c[0] for c in corners), min(c[1] for c in corners),
+                    max(c[0] for c in corners), max(c[1] for c in corners)]
+        assert turned_block["text"] == block["text"]
+        assert turned_block["bbox"] == pytest.approx(expected, abs=0.11)
+
+
+def test_the_request_can_fix_or_switch_off_the_turn(client, upright_page, upright_result):
+    upside_down = turned_png(upright_page, 180)
+    fixed = ocr(client, upside_down, orientation="180")
+    assert (fixed["rotation"], fixed["rotation_confidence"]) == (180, None)
+    assert fixed["text"] == upright_result["text"]
+    left = ocr(client, upside_down, orientation="off")
+    assert (left["rotation"], left["rotation_confidence"]) == (0, None)
+    assert "invoice 4711" not in left["text"].lower()  # read as it came: upside down
+    form = client.post("/v1/ocr", params={"orientation": "off"}, data={"orientation": "180"},
+                       files={"file": ("page.png", upside_down, "image/png")})
+    assert form.json()["pages"][0]["rotation"] == 180  # the form field wins over the query
+
+
+def test_a_bad_orientation_is_a_400(client, upright_page):
+    response = client.post("/v1/ocr", params={"orientation": "45"},
+                           files={"file": ("page.png", turned_png(upright_page, 0), "image/png")})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_request" and "orientation" in response.json()["error"]["message"]
+    assert response.json()["error"]["retryable"] is False
+
+
+def test_a_job_keeps_the_requests_orientation(client, upright_page, upright_result):
+    from tests.test_jobs_api import wait_finished
+
+    document = turned_png(upright_page, 180)
+    accepted = client.post("/v1/jobs", params={"orientation": "off"}, files={"file": ("p.png", document, "image/png")})
+    assert accepted.status_code == 202, accepted.text
+    auto = client.post("/v1/jobs", files={"file": ("p.png", document, "image/png")}).json()
+    for job_id in (accepted.json()["id"], auto["id"]):
+        assert wait_finished(client, job_id)["status"] == "succeeded"
+    off_page = client.get(f"/v1/jobs/{accepted.json()['id']}/result").json()["pages"][0]
+    auto_page = client.get(f"/v1/jobs/{auto['id']}/result").json()["pages"][0]
+    assert off_page["rotation"] == 0 and auto_page["rotation"] == 180
+    assert auto_page["text"] == upright_result["text"] != off_page["text"]
