@@ -224,6 +224,10 @@ class Settings(BaseModel):
         1, ge=0, le=3, description="Retries of a page whose OCR or postprocess replica died (pages are idempotent)."
     )
     batching: BatchConfig = Field(default_factory=BatchConfig)
+    debug_keep_engine_inputs: int = Field(
+        0, ge=0, le=8, description="Keep the last N pages each OCR replica gave its engine, in memory, for "
+        "OCRModel.kept_engine_inputs() through a deployment handle (tests, debugging). 0 in production."
+    )
     warmup: bool = Field(True, description="Run a synthetic page through the engine before taking traffic.")
     auth: Auth = Field(default_factory=Auth)
     jobs: Jobs = Field(default_factory=Jobs)

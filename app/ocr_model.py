@@ -8,6 +8,7 @@ into one engine call. The batcher is built per replica so that all three knobs o
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import math
@@ -87,6 +88,8 @@ class OCRModel:
         self._rate = ServiceRate()
         if settings.ocr_autoscaling:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
             metrics.set_gauge("ocr_replicas_max", settings.ocr_autoscaling.max_replicas)
+        # What the engine was given, last pages first out (debug_keep_engine_inputs; off by default).
+        self._kept = collections.deque(maxlen=settings.debug_keep_engine_inputs)
         self.reconfigure(settings.batching.model_dump())
 
     def reconfigure(self, user_config: dict) -> None:
@@ -202,6 +205,8 @@ class OCRModel:
     def _run_engine(self, images: list, pages: list[PagePayload]) -> list:
         if not images:
             return []
+        if self._kept.maxlen:
+            self._kept.extend((page.request_id, page.page_number, image) for image, page in zip(images, pages))
         try:
             return self._engine.infer(images)
         except Exception as exc:
@@ -246,6 +251,11 @@ class OCRModel:
                 "resources": context.get_assigned_resources(),
             },
         }
+
+    def kept_engine_inputs(self) -> list:
+        """(request id, page number, the RGB array the engine was given) for the last
+        debug_keep_engine_inputs pages; empty when that setting is 0."""
+        return list(self._kept)
 
     def record_autoscaling_stats(self) -> dict:
         """For app/autoscaling.py: pages this replica takes at once, as clamped to its device, and

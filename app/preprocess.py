@@ -70,7 +70,7 @@ class Preprocessor:
 
     async def _upright(self, image: np.ndarray, orientation: Optional[str]) -> tuple[np.ndarray, Orientation]:
         if (orientation or self._orienter.default_mode) == "off":
-            turned = Orientation(0, None, 0.0)
+            turned = Orientation(0, None, 0.0, "off")
         else:  # the finder's models and the turn are CPU work: off the event loop
             image, turned = await asyncio.to_thread(self._orienter.upright, image, orientation)
             metrics.stage("orientation", turned.ms / 1000)

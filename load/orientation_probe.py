@@ -3,8 +3,8 @@
     python load/orientation_probe.py
 
 Prints, per page and angle, the rotation found, its confidence, which look settled it and the
-CPU milliseconds it took (one thread), then per angle: pages found right, and mean/p95 cost.
-Work in progress for issue 14: app/orientation is not yet wired into the Preprocessor.
+CPU milliseconds it took, then per angle: pages found right, and mean/p95 cost. A diagnostic for
+tuning app/orientation/finder.py; the benchmark through the service is load/orientation.py.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def main() -> int:
         upright = np.asarray(img)
         for angle in (0, 90, 180, 270):
             page = turn(upright, (360 - angle) % 360)  # uploaded so that `angle` clockwise makes it upright
-            started = time.perf_counter()
+            started = time.process_time()
             found = finder.find(page)
-            ms = 1000 * (time.perf_counter() - started)
+            ms = 1000 * (time.process_time() - started)
             seen[angle] += 1
             right[angle] += found.rotation == angle
             cost[angle].append(ms)

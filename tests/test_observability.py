@@ -169,11 +169,13 @@ def test_prometheus_counts_exactly_the_pages_and_requests_sent(service, promethe
     after = by_label(prometheus, f"sum by (code) (ray_ocr_requests_total{{{ocr}}})", "code")
     assert {code: after[code] - before.get(code, 0) for code in after} == {"200": 3, "400": 1, "422": 1}
     stages = by_label(prometheus, "sum by (stage) (ray_ocr_stage_seconds_count)", "stage")
-    # One image decoded, six PDF pages rendered; every page resized, queued, OCR'd, postprocessed;
+    # One image decoded, six PDF pages rendered; every page resized, turned upright (orientation:
+    # auto), queued, OCR'd, postprocessed;
     # read_upload for the four bodies read (the empty one is refused while reading), total for the
     # three requests that succeeded.
-    assert stages == {"decode": 1, "render": 6, "resize_encode": 7, "queue_wait": 7, "postprocess": 7,
+    assert stages == {"decode": 1, "render": 6, "resize_encode": 7, "orientation": 7, "queue_wait": 7, "postprocess": 7,
                       "read_upload": 4, "total": 3} | {"engine": stages.get("engine")}, stages
+    assert by_label(prometheus, "sum by (rotation) (ray_ocr_page_rotations_total)", "rotation") == {"0": 7}
     assert 1 <= stages["engine"] <= 7  # batches: 7 pages in between 1 and 7 engine calls
     # One observation per engine call in both batch histograms, every batch within max_batch_size 8.
     # How many pages share a batch depends on timing (a page that finds its replica idle starts

@@ -135,7 +135,11 @@ def test_the_request_can_fix_or_switch_off_the_turn(client, upright_page, uprigh
     assert fixed["text"] == upright_result["text"]
     left = ocr(client, upside_down, orientation="off")
     assert (left["rotation"], left["rotation_confidence"]) == (0, None)
-    assert "invoice 4711" not in left["text"].lower()  # read as it came: upside down
+    # Read as it came, upside down: each line still reads (the engine reads a doubtful line again
+    # turned, app/engines/ppocr.py), but the page's lines come bottom first.
+    lowered = left["text"].lower()
+    assert lowered.index("thank you") < lowered.index("invoice 4711")
+    assert upright_result["text"].lower().index("invoice 4711") < upright_result["text"].lower().index("thank you")
     form = client.post("/v1/ocr", params={"orientation": "off"}, data={"orientation": "180"},
                        files={"file": ("page.png", upside_down, "image/png")})
     assert form.json()["pages"][0]["rotation"] == 180  # the form field wins over the query
@@ -162,3 +166,25 @@ def test_a_job_keeps_the_requests_orientation(client, upright_page, upright_resu
     auto_page = client.get(f"/v1/jobs/{auto['id']}/result").json()["pages"][0]
     assert off_page["rotation"] == 0 and auto_page["rotation"] == 180
     assert auto_page["text"] == upright_result["text"] != off_page["text"]
+
+
+# -- the CPU engine: one upside-down line in an upright page --
+
+def test_ppocr_reads_a_single_upside_down_line_by_reading_doubtful_lines_both_ways(monkeypatch):
+    from app.config import Settings
+    from app.engines import build_engine
+    from app.engines import ppocr
+
+    engine = build_engine(Settings(), threads=1)
+    engine.load()
+    page = np.asarray(render_text_page(["INVOICE 4711", "Total amount 57.80 EUR", "Thank you for your order"])
+                      .convert("RGB")).copy()
+    page[100:156, 30:460] = page[100:156, 30:460][::-1, ::-1]  # the second line alone, turned 180 degrees
+
+    def texts():
+        return [line.text for line in engine.infer([page])[0].lines]
+
+    assert texts() == ["INVOICE 4711", "Total amount 57.80 EUR", "Thank you for your order"]
+    monkeypatch.setattr(ppocr, "REREAD_BELOW", 0.0)  # without the second reading, the line is garbage
+    without = texts()
+    assert "Total amount 57.80 EUR" not in without and without[0] == "INVOICE 4711"

@@ -9,6 +9,7 @@ import socket
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from app.config import Settings
 from app.engines import build_engine
@@ -196,6 +197,7 @@ def vlm_url(service_url, tiny_models) -> str:
         "engine": "vlm", "model_dir": str(tiny_models["got_ocr2"]), "engine_threads": 1,
         "ocr_replicas": 1, "ocr_num_cpus": 0.5, "vlm": {"max_new_tokens": MAX_NEW_TOKENS},
         "batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.3},
+        "debug_keep_engine_inputs": 4,  # what the engine was given: the rotation test reads it
     }
     deploy(build_app(args), name="vlm", route_prefix="/vlm", timeout_s=240)
     return f"{service_url}/vlm"
@@ -246,3 +248,21 @@ def test_replicas_starting_together_on_a_node_hash_the_weights_once(tiny_models,
     assert verify_once_per_node(model, "full", markers) is False  # a later start: still no hashing
     (model / "tokenizer.json").write_bytes((model / "tokenizer.json").read_bytes())  # a new copy: new mtime
     assert verify_once_per_node(model, "full", markers) is True
+
+
+@pytest.mark.parametrize("uploaded_at", [90, 180, 270])
+def test_vlm_graph_turns_a_rotated_page_upright_before_the_engine(vlm_url, client, uploaded_at):
+    """A random model's text says nothing: the assertion is on the pixels the engine was given."""
+    from ray import serve
+
+    from app.orientation.geometry import turn
+
+    upright = np.asarray(render_text_page(["INVOICE 4711", "Total amount 57.80 EUR", "Thank you"]).convert("RGB"))
+    request_id = f"vlm-turned-{uploaded_at}"
+    response = client.post(f"{vlm_url}/v1/ocr", headers={"X-Request-ID": request_id},
+                           files={"file": ("p.png", png_bytes(Image.fromarray(turn(upright, uploaded_at))), "image/png")})
+    assert response.status_code == 200, response.text
+    assert response.json()["pages"][0]["rotation"] == (360 - uploaded_at) % 360
+    kept = serve.get_deployment_handle("OCRModel", app_name="vlm").kept_engine_inputs.remote().result()
+    [given] = [image for rid, number, image in kept if rid == request_id]
+    assert given.shape == upright.shape and np.array_equal(given, upright)

@@ -5,6 +5,10 @@ Measured on the devset (../shared/eval/devset, 22 images, 2 cores), see README "
 - Detector limit_type "max" at 2000 px instead of "min" at 736: the default upscaled a 1182x44
   text line to 19776x736 (2.3 s, CER 0.147); "max" keeps it native (0.37 s, CER 0.059), and the
   whole devset ran in 27 s instead of 57 s.
+- In place of the classifier, a line read with low confidence is read again turned 180 degrees,
+  and the more confident reading is kept: an upside-down line in an upright page then reads too,
+  and upright lines are never turned on the classifier's word (whole pages are turned upright
+  before the engine, by app/orientation).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from app.synthetic import render_text_page
 logger = logging.getLogger("ray.serve")
 
 MAX_SIDE = 2000  # rapidocr's own Global.max_side_len: larger pages it would shrink anyway
+TEXT_SCORE = 0.5  # rapidocr's default: readings below it are dropped (after the second reading)
+REREAD_BELOW = 0.8  # a line read less confidently than this is read again, turned 180 degrees
+FLIP_MARGIN = 0.05  # the turned reading must be this much more confident to replace the first
 
 
 class PPOCREngine:
@@ -64,6 +71,7 @@ class PPOCREngine:
             params={
                 "Global.log_level": "warning",
                 "Global.use_cls": False,
+                "Global.text_score": 0.0,  # every reading comes back; _read_page drops the weak ones
                 "Global.max_side_len": MAX_SIDE,
                 "Det.limit_type": "max",
                 "Det.limit_side_len": MAX_SIDE,
@@ -90,13 +98,30 @@ class PPOCREngine:
     def _read_page(self, rgb: np.ndarray) -> list[TextLine]:
         if self._ocr is None:
             raise RuntimeError("engine not loaded")
-        result = self._ocr(np.ascontiguousarray(rgb[:, :, ::-1]))  # rapidocr expects BGR
+        bgr = np.ascontiguousarray(rgb[:, :, ::-1])  # rapidocr expects BGR
+        result = self._ocr(bgr)
         if result.boxes is None or result.txts is None:
             return []
-        return [
+        lines = [
             TextLine(quad=np.asarray(box, dtype=float).tolist(), text=text, confidence=float(score))
             for box, text, score in zip(result.boxes, result.txts, result.scores)
         ]
+        return [line for line in self._reread_upside_down(bgr, lines) if line.confidence >= TEXT_SCORE]
+
+    def _reread_upside_down(self, bgr: np.ndarray, lines: list[TextLine]) -> list[TextLine]:
+        """Each doubtful line read again turned 180 degrees; the more confident reading stays."""
+        from rapidocr.utils.process_img import get_rotate_crop_image
+
+        doubtful = [index for index, line in enumerate(lines) if line.confidence < REREAD_BELOW]
+        if not doubtful:
+            return lines
+        crops = [np.ascontiguousarray(get_rotate_crop_image(bgr, np.asarray(lines[index].quad, dtype=np.float32))[::-1, ::-1])
+                 for index in doubtful]
+        again = self._ocr.recognize_txt(crops)
+        for index, text, score in zip(doubtful, again.txts, again.scores):
+            if score > lines[index].confidence + FLIP_MARGIN:
+                lines[index] = TextLine(quad=lines[index].quad, text=text, confidence=float(score))
+        return lines
 
     def check_health(self) -> None:
         if self._ocr is None:

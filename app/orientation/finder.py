@@ -1,18 +1,21 @@
 """Finding a page's rotation among 0/90/180/270, cheaply where the page is upright.
 
-The first look, on every page (a few milliseconds):
+The first look, on every page (tens of milliseconds):
 1. The axis of the text, from a thumbnail's ink: each blob of ink (a character, or part of
    one) and its two nearest neighbours. Within a line characters sit closer to each other
    than lines do, so neighbours lie along the lines.
-2. If the lines run across, crops of six lines go to the bundled 0/180 classifier, each asked
-   both ways up (its own lean towards one answer cancels out). The page is upright when the
-   axis is clear and the lines, pooled, are surely upright (on the devset no page turned 180
-   degrees came within 0.13 of the bar: load/orientation.py).
+2. Where the axis is clear, the page is turned so that the lines run across, and crops of six
+   lines go to the bundled 0/180 classifier, each asked both ways up (its own lean towards one
+   answer cancels out). Pooled, the lines settle it when they are surely one way up (on the
+   devset, no upright page's lines came within 0.3 of the bar for upside down, nor the reverse).
 
-Everything else gets the full look (a few hundred milliseconds, measured in load/orientation.py):
-3. The detector's line boxes on a thumbnail give the axis: boxes longer across than down, by area.
-4. The longest lines, turned along that axis, are read by the recognizer both ways up; the way
-   they read more confidently, pooled over the lines, is up. No single line decides.
+Where the classifier is unsure (Fraktur, some receipts), a closer look at the same crops:
+3. The engine's recognizer reads two of them both ways up; the way they read more confidently is
+   up, or, if the two ways are close, two more lines are read and pooled.
+
+Where the axis is unclear (a word or two, mixed layouts), the full look:
+4. The detector's line boxes on a thumbnail give the axis: boxes longer across than down, by area.
+5. The longest lines, turned along that axis, are read both ways up as in 3. No single line decides.
 
 `Finding.confidence` is the share of the evidence for the angle chosen, in [0, 1]: the axis
 vote's share times the up/down vote's share.
@@ -30,18 +33,20 @@ from app.page_size import as_rgb
 
 LOOK_SIDE = 1024  # the thumbnail the ink is measured on
 MIN_BLOBS = 12  # with fewer neighbour pairs than this, the ink says nothing about the axis
-AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles it in the first look
+AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles the axis in the first look
 FIRST_LINES = 6  # lines the first look classifies
-UPRIGHT_SURE = 0.20  # the first look's lines may average at most this P(upside down)
-READ_LINES = 4  # lines the full look reads both ways up
-READ_ASPECT = 10  # a line longer than this many heights is read in its first stretch only
+CLASSIFIER_SURE = 0.20  # the lines' pooled P(upside down) must be below this, or above 1 minus it
+READ_LINES = 2  # lines the recognizer reads both ways up, then as many again if the ways are close
+READ_MARGIN = 0.15  # mean scores at least this far apart settle it without more lines
+READ_ASPECT = 5  # a detector line longer than this many heights is read in its first stretch only (the
+# recognizer's cost grows with the width it reads)
 
 
 @dataclass(frozen=True)
 class Finding:
     rotation: int  # clockwise degrees that make the page upright
     confidence: float
-    look: str  # "first": the first look settled it; "full"; "blank": no text found, left as it is
+    look: str  # "first": the classifier settled it; "read": the recognizer did; "full"; "blank": no text, left as is
 
 
 class OrientationFinder:
@@ -58,20 +63,37 @@ class OrientationFinder:
         thumb, thumb_scale = _thumbnail(_grey(rgb), LOOK_SIDE)
         ink = _ink(thumb)
         across, axis_share = _axis_from_blobs(ink)
-        if across and axis_share >= AXIS_SURE:
-            share = self._first_look_upright(rgb, ink, thumb_scale)
-            if share is not None:
-                return Finding(0, round(axis_share * share, 3), "first")
+        if across is not None and axis_share >= AXIS_SURE:
+            base = 0 if across else 90
+            crops = _line_crops(turn(rgb, base), turn(ink, base), thumb_scale, FIRST_LINES)
+            if len(crops) >= 2:  # one line is not a vote
+                flipped, share, look = self._up_or_down(crops)
+                return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), look)
         return self._full_look(rgb, across, axis_share)
 
-    def _first_look_upright(self, rgb, ink, thumb_scale) -> Optional[float]:
-        """The up/down share when the sampled lines are surely upright; None when any doubt remains."""
-        crops = _line_crops(rgb, ink, thumb_scale, FIRST_LINES)
-        if len(crops) < 2:
-            return None  # one line is not a vote
+    def _up_or_down(self, crops: list[np.ndarray]) -> tuple[bool, float, str]:
+        """(upside down?, the vote's share, which look settled it) for crops of lines lying across."""
         both = self._direction.upside_down(_both_ways_up(crops))
         upside_down = float(np.mean((both[:len(crops)] + 1.0 - both[len(crops):]) / 2))
-        return 1 - upside_down if upside_down <= UPRIGHT_SURE else None
+        if upside_down <= CLASSIFIER_SURE or upside_down >= 1 - CLASSIFIER_SURE:
+            return upside_down > 0.5, max(upside_down, 1 - upside_down), "first"
+        flipped, share = self._read_both_ways(crops)
+        return flipped, share, "read"
+
+    def _read_both_ways(self, crops: list[np.ndarray]) -> tuple[bool, float]:
+        """(upside down?, share) from the recognizer's confidence in each line, read both ways up:
+        two lines first, two more where the two ways come out close."""
+        scores = np.zeros((0, 2))
+        for start in range(0, min(len(crops), 2 * READ_LINES), READ_LINES):
+            batch = crops[start:start + READ_LINES]
+            read = self._reader.scores(_both_ways_up(batch))
+            scores = np.vstack([scores, np.column_stack([read[:len(batch)], read[len(batch):]])])
+            as_is, flipped = scores.mean(axis=0)
+            if abs(as_is - flipped) >= READ_MARGIN:
+                break
+        as_is, flipped = (float(value) for value in scores.mean(axis=0))
+        share = max(as_is, flipped) / (as_is + flipped) if as_is + flipped > 0 else 0.5
+        return flipped > as_is, share
 
     def _full_look(self, rgb: np.ndarray, blob_across: Optional[bool], blob_share: float) -> Finding:
         boxes = self._reader.boxes(rgb)
@@ -84,14 +106,11 @@ class OrientationFinder:
         height, width = rgb.shape[:2]
         turned = turn(rgb, base)
         lines = [np.array([turn_point(x, y, base, width, height) for x, y in quad]) for quad in boxes]
-        crops = _box_crops(turned, lines, READ_LINES)
+        crops = _box_crops(turned, lines, 2 * READ_LINES)
         if not crops:
             return Finding(base, round(axis_share * 0.5, 3), "full")
-        scores = self._reader.scores(_both_ways_up(crops))
-        as_turned, flipped = float(scores[:len(crops)].mean()), float(scores[len(crops):].mean())
-        rotation = base if as_turned >= flipped else (base + 180) % 360
-        share = max(as_turned, flipped) / (as_turned + flipped) if as_turned + flipped > 0 else 0.5
-        return Finding(rotation, round(axis_share * share, 3), "full")
+        flipped, share = self._read_both_ways(crops)
+        return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), "full")
 
 
 def _both_ways_up(crops: list[np.ndarray]) -> list[np.ndarray]:
@@ -196,7 +215,8 @@ def _line_crops(rgb: np.ndarray, ink: np.ndarray, thumb_scale: float, lines: int
 
     A line is a band of rows with ink between rows without; a crop is a stretch of it about four
     line-heights long (the classifier's 48x192 shape), so a long line is not squeezed. The best
-    stretch of each line comes first: more lines, more independent votes."""
+    stretch of each line comes first, the tallest lines first (small print reads worst when
+    scaled up to the models' 48 px): more lines, more independent votes."""
     rows = ink.mean(axis=1)
     has_ink = rows > max(0.01, 0.1 * float(rows.max(initial=0)))
     bands, start = [], None
@@ -228,9 +248,10 @@ def _line_crops(rgb: np.ndarray, ink: np.ndarray, thumb_scale: float, lines: int
                 stretches.append((density, top, bottom, x, end))
         if stretches:
             by_line[(top, bottom)] = sorted(stretches, reverse=True)
+    tallest_first = [by_line[band] for band in sorted(by_line, key=lambda band: band[0] - band[1])]
     chosen = []
     for rank in range(max((len(stretches) for stretches in by_line.values()), default=0)):
-        for stretches in by_line.values():
+        for stretches in tallest_first:
             if rank < len(stretches) and len(chosen) < lines:
                 chosen.append(stretches[rank][1:])
     crops = []

@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 CLS_HEIGHT, CLS_WIDTH = 48, 192  # the classifier's input, a line crop padded on the right
-DET_SIDE = 960  # the detector's thumbnail: enough to find receipt lines (load/orientation.py)
+DET_SIDE = 736  # the detector's thumbnail: enough to find receipt lines (load/orientation_probe.py)
 
 
 def bundled_model(name: str) -> Path:

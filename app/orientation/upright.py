@@ -39,6 +39,7 @@ class Orientation:
     rotation: int  # clockwise degrees applied to the page as uploaded
     confidence: Optional[float]  # the finder's, in auto mode; None when the rotation was not found but given
     ms: float  # time spent finding and turning
+    look: str = "given"  # the finder's look that settled it (first, full, blank); "given" when not looked for
 
 
 class Orienter:
@@ -65,17 +66,17 @@ class Orienter:
         start = time.perf_counter()
         mode = mode or self.default_mode
         if mode == "off":
-            return pixels, Orientation(0, None, 0.0)
+            return pixels, Orientation(0, None, 0.0, "off")
         if mode == "auto":
             try:
                 finding = self._get_finder().find(pixels)
             except Exception:  # the finder is an aid: a page it cannot judge is read as it came
                 logger.exception("orientation finder failed; the page is read as uploaded")
-                return pixels, Orientation(0, 0.0, _ms(start))
-            rotation, confidence = finding.rotation, finding.confidence
+                return pixels, Orientation(0, 0.0, _ms(start), "failed")
+            rotation, confidence, look = finding.rotation, finding.confidence, finding.look
         else:
-            rotation, confidence = int(mode), None
-        return turn(pixels, rotation), Orientation(rotation, confidence, _ms(start))
+            rotation, confidence, look = int(mode), None, "given"
+        return turn(pixels, rotation), Orientation(rotation, confidence, _ms(start), look)
 
 
 def _ms(start: float) -> float:
