@@ -149,6 +149,11 @@ def cpu_cost(samples: list[Sample], side: int, rounds: int) -> dict:
     return {"mean_ms": summary(means), "p95_ms": summary(p95s), "looks": dict(looks)}
 
 
+def relative(path: str) -> str:
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(resolved)
+
+
 def verdicts(report: dict, reference: dict) -> dict:
     cer = report["reading"]["cer"]
     turned = {lang: max(abs(cer[f"png_{angle}"][lang] - cer["png_0"][lang]) for angle in TURNS[1:])
@@ -176,7 +181,7 @@ def measure(options) -> dict:
         "benchmark": "orientation", "commit": commit(), "machine": machine(),
         "settings": {"manifest": str(options.manifest), "images": len(samples), "engine_side": side,
                      "rounds": options.rounds, "service": options.url or "make run defaults",
-                     "reference": f"{options.reference} ({reference_report['commit']})",
+                     "reference": f"{relative(options.reference)} ({reference_report['commit']})",
                      "read_s": round(time.perf_counter() - started, 1)},
         "groups": dict(Counter(sample.lang for sample in samples)),
         "reading": accuracy(samples, read), "cpu": cost, "pages": read,
