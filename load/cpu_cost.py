@@ -87,10 +87,10 @@ def engine_input_of(documents):
 def payload_maker(settings, to_payload):
     """The Preprocessor's page -> payload step, with the tree's orientation finder where it has one
     (settings' default mode: `auto`), so its CPU counts in "after"."""
-    try:
-        from app.orientation.upright import Orienter
-    except ImportError:
+    if "orientation" not in type(settings).model_fields:  # a tree from before orientation
         return lambda page, index: to_payload(page, index, "cpu_cost")
+    from app.orientation.upright import Orienter
+
     orienter = Orienter(settings.orientation)
 
     def payload_of(page, index):

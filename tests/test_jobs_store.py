@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 
@@ -10,6 +11,7 @@ import redis
 
 from app.config import Settings
 from app.jobs.model import Job
+from app.jobs.sqlite_store import _SCHEMA
 from app.jobs.store import open_store
 from tests.redis_server import redis_server
 
@@ -43,6 +45,27 @@ def test_create_keeps_document_and_pages(store):
     assert created and job.status == "queued" and job.pages == [2, 5, 9] and (job.done, job.failed) == (0, 0)
     assert store.document(job.id) == document
     assert store.get(uuid.uuid4().hex) is None
+
+
+def test_a_jobs_orientation_is_kept_and_unset_reads_as_none(store):
+    turned = dataclasses.replace(new_job(), orientation="270")
+    assert store.create(turned, b"doc")[0].orientation == "270"
+    assert store.get(turned.id).orientation == "270" and store.claim("runner-a", 30).orientation == "270"
+    plain, _ = store.create(new_job(), b"doc")
+    assert store.get(plain.id).orientation is None
+
+
+def test_a_sqlite_store_from_before_orientation_gains_the_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    old_schema = _SCHEMA.replace(", orientation TEXT", "")
+    assert old_schema != _SCHEMA
+    sqlite3.connect(path).executescript(old_schema)
+    store = open_store(Settings.model_validate({"jobs": {"store": f"sqlite:///{path}"}}))
+    job, _ = store.create(dataclasses.replace(new_job(), orientation="off"), b"doc")
+    assert store.get(job.id).orientation == "off"
+    store.close()
 
 
 def test_idempotency_key_returns_the_same_job_per_client(store):
