@@ -58,18 +58,18 @@ class OrientationFinder:
         self._direction = direction or LineDirection()
         self._reader = reader or LineReader()
 
-    def find(self, rgb: np.ndarray) -> Finding:
-        rgb = as_rgb(rgb)
-        thumb, thumb_scale = _thumbnail(_grey(rgb), LOOK_SIDE)
+    def find(self, page: np.ndarray) -> Finding:
+        """`page`: HxW grey or HxWx3 RGB uint8. Only the crops the models read become RGB."""
+        thumb, thumb_scale = _thumbnail(_grey(page), LOOK_SIDE)
         ink = _ink(thumb)
         across, axis_share = _axis_from_blobs(ink)
         if across is not None and axis_share >= AXIS_SURE:
             base = 0 if across else 90
-            crops = _line_crops(turn(rgb, base), turn(ink, base), thumb_scale, FIRST_LINES)
+            crops = _line_crops(turn(page, base), turn(ink, base), thumb_scale, FIRST_LINES)
             if len(crops) >= 2:  # one line is not a vote
                 flipped, share, look = self._up_or_down(crops)
                 return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), look)
-        return self._full_look(rgb, across, axis_share)
+        return self._full_look(page, across, axis_share)
 
     def _up_or_down(self, crops: list[np.ndarray]) -> tuple[bool, float, str]:
         """(upside down?, the vote's share, which look settled it) for crops of lines lying across."""
@@ -95,7 +95,8 @@ class OrientationFinder:
         share = max(as_is, flipped) / (as_is + flipped) if as_is + flipped > 0 else 0.5
         return flipped > as_is, share
 
-    def _full_look(self, rgb: np.ndarray, blob_across: Optional[bool], blob_share: float) -> Finding:
+    def _full_look(self, page: np.ndarray, blob_across: Optional[bool], blob_share: float) -> Finding:
+        rgb = as_rgb(page)
         boxes = self._reader.boxes(rgb)
         across, axis_share = _axis_from_boxes(boxes)
         if across is None:  # no line long enough to have an axis (a word or two): the blobs decide
@@ -118,10 +119,10 @@ def _both_ways_up(crops: list[np.ndarray]) -> list[np.ndarray]:
     return crops + [np.ascontiguousarray(crop[::-1, ::-1]) for crop in crops]
 
 
-def _grey(rgb: np.ndarray) -> np.ndarray:
+def _grey(page: np.ndarray) -> np.ndarray:
     import cv2
 
-    return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    return page if page.ndim == 2 else cv2.cvtColor(page, cv2.COLOR_RGB2GRAY)
 
 
 def _thumbnail(grey: np.ndarray, side: int) -> tuple[np.ndarray, float]:
@@ -156,24 +157,25 @@ def _blobs(ink: np.ndarray) -> np.ndarray:
     return np.column_stack([centroids[1:][keep], widths[keep], heights[keep]]).astype(float)
 
 
-def _axis_from_blobs(ink: np.ndarray, neighbours: int = 2, queries: int = 400) -> tuple[Optional[bool], float]:
+def _axis_from_blobs(ink: np.ndarray, neighbours: int = 2, queries: int = 250) -> tuple[Optional[bool], float]:
     """(True if lines run across, share of neighbour pairs along that axis); None without enough blobs."""
     blobs = _blobs(ink)
     if len(blobs) < MIN_BLOBS:
         return None, 0.0
-    centres = blobs[:, :2]
+    centres = blobs[:, :2].astype(np.float32)
     size = float(np.median(np.maximum(blobs[:, 2], blobs[:, 3])))
     asked = centres
     if len(centres) > queries:  # every blob can be a neighbour, but only a sample asks
         asked = centres[np.random.default_rng(0).choice(len(centres), queries, replace=False)]
-    deltas = centres[None, :, :] - asked[:, None, :]
-    distances = np.hypot(deltas[..., 0], deltas[..., 1])
-    distances[distances == 0] = np.inf  # the blob itself
-    nearest = np.argpartition(distances, neighbours, axis=1)[:, :neighbours]
+    dx_all = centres[None, :, 0] - asked[:, None, 0]
+    dy_all = centres[None, :, 1] - asked[:, None, 1]
+    squared = dx_all * dx_all + dy_all * dy_all
+    squared[squared == 0] = np.inf  # the blob itself
+    nearest = np.argpartition(squared, neighbours, axis=1)[:, :neighbours]
     rows = np.arange(len(asked))[:, None]
-    dx = np.abs(deltas[rows, nearest, 0])
-    dy = np.abs(deltas[rows, nearest, 1])
-    near = distances[rows, nearest] < 4 * size  # a neighbour across a wide gap says nothing
+    dx = np.abs(dx_all[rows, nearest])
+    dy = np.abs(dy_all[rows, nearest])
+    near = squared[rows, nearest] < (4 * size) ** 2  # a neighbour across a wide gap says nothing
     along_x = float(np.sum((dx > dy) & near))
     along_y = float(np.sum((dy > dx) & near))
     if along_x + along_y < MIN_BLOBS:
@@ -210,8 +212,8 @@ def _box_crops(rgb: np.ndarray, quads: list[np.ndarray], count: int) -> list[np.
     return [rgb[y0:y1, x0:min(x1, x0 + READ_ASPECT * (y1 - y0))] for _, x0, y0, x1, y1 in bounds[:count]]
 
 
-def _line_crops(rgb: np.ndarray, ink: np.ndarray, thumb_scale: float, lines: int) -> list[np.ndarray]:
-    """Crops (from the full page) of up to `lines` stretches of text lines lying across.
+def _line_crops(page: np.ndarray, ink: np.ndarray, thumb_scale: float, lines: int) -> list[np.ndarray]:
+    """RGB crops (from the full page, grey or RGB) of up to `lines` stretches of text lines lying across.
 
     A line is a band of rows with ink between rows without; a crop is a stretch of it about four
     line-heights long (the classifier's 48x192 shape), so a long line is not squeezed. The best
@@ -255,11 +257,11 @@ def _line_crops(rgb: np.ndarray, ink: np.ndarray, thumb_scale: float, lines: int
             if rank < len(stretches) and len(chosen) < lines:
                 chosen.append(stretches[rank][1:])
     crops = []
-    page_height, page_width = rgb.shape[:2]
+    page_height, page_width = page.shape[:2]
     for top, bottom, x0, x1 in chosen:
         pad = 0.15 * (bottom - top)
         y0, y1 = int(max(0, (top - pad) / thumb_scale)), int(min(page_height, (bottom + pad) / thumb_scale))
         c0, c1 = int(max(0, x0 / thumb_scale)), int(min(page_width, x1 / thumb_scale))
         if y1 - y0 >= 2 and c1 - c0 >= 2:
-            crops.append(rgb[y0:y1, c0:c1])
+            crops.append(as_rgb(page[y0:y1, c0:c1]))
     return crops
