@@ -4,7 +4,9 @@
     python load/cpu_cost.py --render load/results/cpu_cost.json
 
 Each arm is a tree of this repository: `--before REF` (taken out with `git archive`) and the
-working tree (`after`). An arm runs, in a fresh process of its own, what a page costs on its
+working tree, twice: with `orientation: off` (`after`, what issue 13's target is about) and with
+the shipped default `orientation: auto` (the Preprocessor's orientation step, app/orientation,
+counted too). An arm runs, in a fresh process of its own, what a page costs on its
 way to the engine, with that tree's code:
   - the Preprocessor's decoder sandbox (the tree's own decoder worker: decode or render,
     resize, the page's form on the wire), and the parent's side of the pipe and of the
@@ -12,10 +14,11 @@ way to the engine, with that tree's code:
   - the payload's two hops, Preprocessor -> Ingress -> OCR replica, each as Ray makes it:
     pickle 5 with out-of-band buffers (arrays), the stream and each buffer copied once into
     the object store, read back without a copy (`ray_hop`);
+  - the orientation step (the third arm);
   - the OCR replica's turning of the payload into the engine's input array.
 CPU time is the arm process's own (every thread) plus its decoder worker's (from /proc,
 in clock ticks), summed over every page of a set and divided by the pages. Every arm is
-warmed on the first document of each set, untimed; the arms' order alternates by round.
+warmed on the first document of each set, untimed; each arm goes first in turn, round by round.
 
 Sets: every image of the devset manifest, at the bundled engine's input budget, and a
 20-page PDF of A4 text pages at 150 dpi, rendered at the service's default 150 dpi.
@@ -43,10 +46,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset, machine, summary  # noqa: E402
+from load.common import (  # noqa: E402
+    DEFAULT_MANIFEST, ROOT, add_report_options, commit, load_devset, machine, spread_cell, summary,
+)
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-TARGET = 0.25  # after / before, issue 13
+TARGET = 0.25  # after / before, issue 13 (orientation off: what issue 13 measured)
+ORIENTATION_ENV = "CPU_COST_ORIENTATION"  # the working tree's arms: orientation off, then auto
 
 
 # --- one arm, in its own process, importing `app` from its tree -------------------------------
@@ -85,13 +91,13 @@ def engine_input_of(documents):
 
 
 def payload_maker(settings, to_payload):
-    """The Preprocessor's page -> payload step, with the tree's orientation finder where it has one
-    (settings' default mode: `auto`), so its CPU counts in "after"."""
+    """The Preprocessor's page -> payload step, with the tree's orientation step where it has one,
+    in the arm's mode (ORIENTATION in the environment: off or auto)."""
     if "orientation" not in type(settings).model_fields:  # a tree from before orientation
         return lambda page, index: to_payload(page, index, "cpu_cost")
     from app.orientation.upright import Orienter
 
-    orienter = Orienter(settings.orientation)
+    orienter = Orienter(os.environ.get(ORIENTATION_ENV, "off"))
 
     def payload_of(page, index):
         image, turned = orienter.upright(page.image, None)
@@ -146,9 +152,9 @@ def run_arm(docs_file: str) -> dict:
     return {"app": str(Path(app.__file__).parent), "sets": results}
 
 
-def arm_process(tree: Path, docs_file: Path) -> dict:
+def arm_process(tree: Path, docs_file: Path, orientation: str = "off") -> dict:
     """A fresh interpreter whose `app` (and its decoder workers') is the tree's."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", ORIENTATION_ENV: orientation}
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--arm", str(docs_file)], cwd=tree,
                           env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -248,28 +254,34 @@ def measure(options) -> dict:
     with tempfile.TemporaryDirectory(prefix="cpu-cost-") as work:
         docs_file = Path(work) / "docs.pickle"
         docs_file.write_bytes(pickle.dumps(sets))
-        trees = {"before": tree_at(options.before, Path(work) / "before"), "after": ROOT}
+        before = tree_at(options.before, Path(work) / "before")
+        arms = {"before": (before, "off"), "after": (ROOT, "off"), "after_orientation": (ROOT, "auto")}
         per_round = []
         for round_ in range(options.rounds):
-            order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
-            measured = {arm: arm_process(trees[arm], docs_file) for arm in order}
+            order = list(arms)[round_ % 3:] + list(arms)[:round_ % 3]  # each arm first in turn
+            measured = {arm: arm_process(*arms[arm], docs_file=docs_file) for arm in order}
             per_round.append(measured)
             print(f"round {round_ + 1}: " + ", ".join(
                 f"{arm} {name} {m['cpu_s'] * 1000 / m['pages']:.1f} ms/page"
                 for arm, sets_ in measured.items() for name, m in sets_.items()), flush=True)
     results = {}
     for name in sets:
-        arms = {arm: [r[arm][name]["cpu_s"] * 1000 / r[arm][name]["pages"] for r in per_round] for arm in trees}
-        ratios = [after / before for before, after in zip(arms["before"], arms["after"])]
-        results[name] = {"pages": per_round[0]["after"][name]["pages"],
-                         "before_ms": summary(arms["before"]), "after_ms": summary(arms["after"]),
-                         "ratio": summary(ratios)}
+        ms = {arm: [r[arm][name]["cpu_s"] * 1000 / r[arm][name]["pages"] for r in per_round] for arm in arms}
+        results[name] = {
+            "pages": per_round[0]["after"][name]["pages"],
+            "before_ms": summary(ms["before"]), "after_ms": summary(ms["after"]),
+            "ratio": summary([a / b for b, a in zip(ms["before"], ms["after"])]),
+            "after_orientation_ms": summary(ms["after_orientation"]),
+            "orientation_ms": summary([o - a for a, o in zip(ms["after"], ms["after_orientation"])]),
+            "ratio_orientation": summary([o / b for b, o in zip(ms["before"], ms["after_orientation"])]),
+        }
     return {"benchmark": "cpu_cost", "commit": commit(), "before": options.before,
             "before_commit": subprocess.run(["git", "rev-parse", "--short", options.before], cwd=ROOT,
                                             capture_output=True, text=True).stdout.strip(),
             "machine": machine(),
             "settings": {"rounds": options.rounds, "engine": "ppocr (its input budget)", "pdf_dpi": 150,
-                         "decode_workers": 1, "target_ratio": TARGET},
+                         "decode_workers": 1, "target_ratio": TARGET,
+                         "arms": "before; after with orientation: off; after with orientation: auto"},
             "sets": results, "transport": transport_table(sets["devset"], options.rounds)}
 
 
@@ -277,12 +289,16 @@ def render(report: dict) -> str:
     rows = [f"CPU per page outside the engine, `{report['before']}` ({report['before_commit']}) against "
             f"{report['commit']}, {report['settings']['rounds']} interleaved rounds, "
             f"{report['machine']['cpus']} CPUs (median, min-max):", "",
-            "| pages | before ms/page | after ms/page | after / before |", "|---|---|---|---|"]
+            "| pages | before ms/page | after, `orientation: off` | after / before | after, `orientation: auto` "
+            "| of which orientation | after / before |", "|---|---|---|---|---|---|---|"]
     for name, row in report["sets"].items():
-        before, after, ratio = row["before_ms"], row["after_ms"], row["ratio"]
-        rows.append(f"| {name} ({row['pages']}) | {before['median']:.1f} ({before['min']:.1f}-{before['max']:.1f}) "
-                    f"| {after['median']:.1f} ({after['min']:.1f}-{after['max']:.1f}) "
-                    f"| **{ratio['median']:.3f}** ({ratio['min']:.3f}-{ratio['max']:.3f}) |")
+        cells = [spread_cell(row["before_ms"]), spread_cell(row["after_ms"]), f"**{spread_cell(row['ratio'], 3)}**"]
+        if "after_orientation_ms" in row:
+            cells += [spread_cell(row["after_orientation_ms"]), spread_cell(row["orientation_ms"]),
+                      f"**{spread_cell(row['ratio_orientation'], 3)}**"]
+        else:  # a report from before the orientation step
+            cells += ["-", "-", "-"]
+        rows.append(f"| {name} ({row['pages']}) | " + " | ".join(cells) + " |")
     transport = report["transport"]
     rows += ["", f"Page forms between deployments, on the devset's {transport['pages']} engine-sized pages "
              "(make, one Ray hop, read back):", "", "| form | CPU ms/page | size per page |", "|---|---|---|"]

@@ -4,7 +4,8 @@
     python load/fleet_sizing.py --render   # the README's table
 
 - pages/s per Preprocessor CPU, 150 dpi PDF pages: 1000 / the CPU milliseconds a page costs
-  outside the engine (load/results/cpu_cost.json, the working tree's arm; the figure also
+  outside the engine (load/results/cpu_cost.json, the working tree's arm with the shipped
+  `orientation: auto`, whose finder runs in the Preprocessor; the figure also
   holds the page's hops and the OCR replica's side, so it is a floor on the Preprocessor's rate);
 - pages/s per OCR replica on a CPU: the service's pages/s at concurrency 4 divided by its OCR
   replicas, each on one thread (load/results/bench.json, devset pages with PP-OCR);
@@ -26,14 +27,15 @@ RESULTS = ROOT / "load" / "results"
 def figures() -> dict:
     cpu_cost = json.loads((RESULTS / "cpu_cost.json").read_text())
     bench = json.loads((RESULTS / "bench.json").read_text())
-    pdf_ms = cpu_cost["sets"]["pdf_20_pages_150dpi"]["after_ms"]["median"]
+    pdf = cpu_cost["sets"]["pdf_20_pages_150dpi"]
+    pdf_ms = pdf.get("after_orientation_ms", pdf["after_ms"])["median"]  # the shipped orientation: auto
     service = bench["pages_per_s"]["service_c4"]["median"]
     replicas = bench["settings"]["ocr_replicas"]
     gpu = RESULTS / "gpu_bench.json"
     return {
         "preprocessor_pages_per_cpu": round(1000.0 / pdf_ms),
         "preprocessor_source": f"load/results/cpu_cost.json ({cpu_cost['commit']}): {pdf_ms:.1f} ms CPU per "
-                               "150 dpi PDF page; `python load/cpu_cost.py --before 54acd8c`",
+                               "150 dpi PDF page, `orientation: auto`; `python load/cpu_cost.py --before 54acd8c`",
         "ocr_cpu_pages_per_replica": round(service / replicas, 2),
         "ocr_cpu_source": f"load/results/bench.json ({bench['commit']}): {service:.3f} pages/s at concurrency 4 "
                           f"over {replicas} one-thread PP-OCR replicas; `python load/bench.py`",

@@ -188,3 +188,29 @@ def test_ppocr_reads_a_single_upside_down_line_by_reading_doubtful_lines_both_wa
     monkeypatch.setattr(ppocr, "REREAD_BELOW", 0.0)  # without the second reading, the line is garbage
     without = texts()
     assert "Total amount 57.80 EUR" not in without and without[0] == "INVOICE 4711"
+
+
+def test_a_page_of_dots_costs_bounded_memory(orienter, monkeypatch):
+    """A page of 40,000 dots is 40,000 blobs: the finder samples them rather than measure every pair
+    (tens of megabytes a page in the Preprocessor replica, more as the dots get finer)."""
+    import tracemalloc
+
+    from app.orientation import finder
+
+    dots = np.full((1020, 1020), 255, dtype=np.uint8)
+    for y in range(0, 1020, 5):
+        for x in range(0, 1020, 5):
+            dots[y:y + 3, x:x + 3] = 0
+    assert len(finder._blobs(finder._ink(dots))) > 6 * finder.MAX_BLOBS  # as hostile as meant
+
+    def peak_bytes() -> int:
+        tracemalloc.start()
+        try:
+            orienter.upright(dots, None)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert peak_bytes() < 40 * 2**20
+    monkeypatch.setattr(finder, "MAX_BLOBS", 10**9)
+    assert peak_bytes() > 80 * 2**20  # what the sample saves

@@ -33,6 +33,7 @@ from app.page_size import as_rgb
 
 LOOK_SIDE = 1024  # the thumbnail the ink is measured on
 MIN_BLOBS = 12  # with fewer neighbour pairs than this, the ink says nothing about the axis
+MAX_BLOBS = 6000  # beyond this (noise, halftone: no text page has so many), a sample: bounded memory
 AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles the axis in the first look
 FIRST_LINES = 6  # lines the first look classifies
 CLASSIFIER_SURE = 0.20  # the lines' pooled P(upside down) must be below this, or above 1 minus it
@@ -160,6 +161,8 @@ def _blobs(ink: np.ndarray) -> np.ndarray:
 def _axis_from_blobs(ink: np.ndarray, neighbours: int = 2, queries: int = 250) -> tuple[Optional[bool], float]:
     """(True if lines run across, share of neighbour pairs along that axis); None without enough blobs."""
     blobs = _blobs(ink)
+    if len(blobs) > MAX_BLOBS:  # the distance matrix below is asked x blobs
+        blobs = blobs[np.random.default_rng(0).choice(len(blobs), MAX_BLOBS, replace=False)]
     if len(blobs) < MIN_BLOBS:
         return None, 0.0
     centres = blobs[:, :2].astype(np.float32)
