@@ -259,7 +259,7 @@ def measure(options) -> dict:
         per_round = []
         for round_ in range(options.rounds):
             order = list(arms)[round_ % 3:] + list(arms)[:round_ % 3]  # each arm first in turn
-            measured = {arm: arm_process(*arms[arm], docs_file=docs_file) for arm in order}
+            measured = {arm: arm_process(arms[arm][0], docs_file, arms[arm][1]) for arm in order}
             per_round.append(measured)
             print(f"round {round_ + 1}: " + ", ".join(
                 f"{arm} {name} {m['cpu_s'] * 1000 / m['pages']:.1f} ms/page"
