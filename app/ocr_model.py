@@ -183,6 +183,8 @@ class OCRModel:
                 logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
                 outcomes[i] = UnprocessableDocument(f"page {page.page_number}: undecodable payload")
         decode_ms = (time.perf_counter() - start) * 1000
+        if self._kept.maxlen:
+            self._kept.extend((pages[i].request_id, pages[i].page_number, image) for i, image in images)
         results = self._run_engine([img for _, img in images], [pages[i] for i, _ in images])
         engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
         batch_pixels = sum(page.pixels for page in pages)
@@ -205,8 +207,6 @@ class OCRModel:
     def _run_engine(self, images: list, pages: list[PagePayload]) -> list:
         if not images:
             return []
-        if self._kept.maxlen:
-            self._kept.extend((page.request_id, page.page_number, image) for image, page in zip(images, pages))
         try:
             return self._engine.infer(images)
         except Exception as exc:

@@ -18,7 +18,7 @@ from ray import serve
 from app import metrics
 from app.config import Settings
 from app.engines import input_budget
-from app.orientation.upright import Orientation, Orienter
+from app.orientation.upright import LEFT_AS_UPLOADED, Orientation, Orienter
 from app.sandbox import DecodeSandbox, RenderedPage
 from app.schemas import PagePayload
 
@@ -69,8 +69,8 @@ class Preprocessor:
             index += 1
 
     async def _upright(self, image: np.ndarray, orientation: Optional[str]) -> tuple[np.ndarray, Orientation]:
-        if (orientation or self._orienter.default_mode) == "off":
-            turned = Orientation(0, None, 0.0, "off")
+        if self._orienter.is_off(orientation):  # no thread hop for nothing
+            turned = LEFT_AS_UPLOADED
         else:  # the finder's models and the turn are CPU work: off the event loop
             image, turned = await asyncio.to_thread(self._orienter.upright, image, orientation)
             metrics.stage("orientation", turned.ms / 1000)

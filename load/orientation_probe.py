@@ -9,31 +9,27 @@ tuning app/orientation/finder.py; the benchmark through the service is load/orie
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.orientation.finder import OrientationFinder  # noqa: E402
 from app.orientation.geometry import turn  # noqa: E402
-from load.common import DEFAULT_MANIFEST  # noqa: E402
+from load.common import DEFAULT_MANIFEST, load_devset  # noqa: E402
+from load.orientation import engine_side, upright_pixels  # noqa: E402
 
 
 def main() -> int:
     finder = OrientationFinder()
-    manifest = Path(DEFAULT_MANIFEST)
+    side = engine_side()
     right, seen, cost = Counter(), Counter(), defaultdict(list)
-    for line in manifest.read_text().splitlines():
-        sample = json.loads(line)
-        img = ImageOps.exif_transpose(Image.open(manifest.parent / sample["image"])).convert("RGB")
-        img.thumbnail((2000, 2000))  # the engine's input budget
-        upright = np.asarray(img)
+    for sample in load_devset(Path(DEFAULT_MANIFEST)):
+        upright = upright_pixels(sample, side)  # as load/orientation.py sends it
         for angle in (0, 90, 180, 270):
             page = turn(upright, (360 - angle) % 360)  # uploaded so that `angle` clockwise makes it upright
             started = time.process_time()
@@ -42,7 +38,7 @@ def main() -> int:
             seen[angle] += 1
             right[angle] += found.rotation == angle
             cost[angle].append(ms)
-            print(f"{sample['image'][-30:]:30s} want={angle:3d} got={found.rotation:3d} "
+            print(f"{sample.path.name[-30:]:30s} want={angle:3d} got={found.rotation:3d} "
                   f"conf={found.confidence:.2f} {found.look:5s} {ms:6.0f} ms", flush=True)
     for angle in (0, 90, 180, 270):
         spent = np.array(cost[angle])

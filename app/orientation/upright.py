@@ -42,6 +42,9 @@ class Orientation:
     look: str = "given"  # the finder's look that settled it (first, full, blank); "given" when not looked for
 
 
+LEFT_AS_UPLOADED = Orientation(0, None, 0.0, "off")  # mode off: nothing looked for, nothing turned
+
+
 class Orienter:
     """One per Preprocessor replica. The finder's models load on first use in `auto` (or at start,
     when `auto` is the default), so a service set to `off` never loads them."""
@@ -61,12 +64,15 @@ class Orienter:
                 self._finder = OrientationFinder()
             return self._finder
 
+    def is_off(self, mode: Optional[str]) -> bool:
+        return (mode or self.default_mode) == "off"
+
     def upright(self, pixels: np.ndarray, mode: Optional[str]) -> tuple[np.ndarray, Orientation]:
         """The page turned upright, and what was done. Runs in a worker thread (CPU-bound)."""
         start = time.perf_counter()
+        if self.is_off(mode):
+            return pixels, LEFT_AS_UPLOADED
         mode = mode or self.default_mode
-        if mode == "off":
-            return pixels, Orientation(0, None, 0.0, "off")
         if mode == "auto":
             try:
                 finding = self._get_finder().find(pixels)
