@@ -81,6 +81,47 @@ def test_the_finder_turns_a_page_upright(orienter, upright_page, uploaded_at):
     assert 0 < done.confidence <= 1
 
 
+@pytest.mark.parametrize("uploaded_at", ANGLES)
+def test_a_strip_of_two_words_is_found_by_the_first_look(orienter, uploaded_at):
+    """Two words cut out tight: too few blobs for an axis, and the gaps between its letters look
+    like gaps between lines. Its shape says the line runs along it."""
+    page = np.asarray(render_text_page(["Thank you"]).convert("RGB"))
+    rows, columns = np.nonzero(page.min(axis=2) < 128)
+    strip = page[rows.min() - 6:rows.max() + 7, columns.min() - 6:columns.max() + 7]
+    assert strip.shape[0] * 3 <= strip.shape[1] <= 200  # a strip, as meant
+    pixels, done = orienter.upright(turn(strip, uploaded_at), None)
+    assert done.rotation == (360 - uploaded_at) % 360 and np.array_equal(pixels, strip)
+    assert done.look == "first"  # settled by the classifier, without the detector or the recognizer
+
+
+def speckled_lines(tops: range, seed: int = 1) -> np.ndarray:
+    """An ink mask of lines 30 px high, each a row of letters (8-16 px wide, 4-8 px apart, placed
+    afresh on every line as in prose) drawn as specks: Fraktur in pieces, sparse print."""
+    rng = np.random.default_rng(seed)
+    ink = np.zeros((600, 400), dtype=np.uint8)
+    for top in tops:
+        x = int(rng.integers(20, 40))
+        while x < 360:
+            width = int(rng.integers(8, 17))
+            ink[top:top + 30, x:x + width] = rng.random((30, width)) < 0.4
+            x += width + int(rng.integers(4, 9))
+    return ink
+
+
+def test_the_gaps_between_lines_give_the_axis_where_the_blobs_do_not():
+    """Lines of ink specks: the specks' neighbours point every way, but the rows go from ink to gap
+    once per line, and those bands are long for their height."""
+    from app.orientation.finder import _axis_from_gaps
+
+    page = speckled_lines(range(40, 560, 80))  # seven lines
+    assert _axis_from_gaps(page, None, 0.0) == (True, 1.0)  # the bands down the page are not lines
+    assert _axis_from_gaps(page.T, True, 0.55) == (False, 1.0)  # turned: lines run down, whatever the blobs said
+    one_line = speckled_lines(range(40, 41))
+    # one line says nothing of gaps between lines, and its letters are no lines: the blobs' answer stands
+    assert _axis_from_gaps(one_line, False, 0.55) == (False, 0.55)
+    assert _axis_from_gaps(one_line.T, True, 0.55) == (True, 0.55)
+
+
 def test_a_fixed_angle_is_applied_without_looking_and_off_leaves_the_page(orienter, upright_page):
     upside_down = turn(upright_page, 180)
     pixels, done = orienter.upright(upside_down, "180")

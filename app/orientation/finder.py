@@ -3,7 +3,10 @@
 The first look, on every page (tens of milliseconds):
 1. The axis of the text, from a thumbnail's ink: each blob of ink (a character, or part of
    one) and its two nearest neighbours. Within a line characters sit closer to each other
-   than lines do, so neighbours lie along the lines.
+   than lines do, so neighbours lie along the lines. A strip (a line or two cut out, low and
+   wide or tall and narrow) runs along its length. Where the blobs are unclear (Fraktur letters
+   in pieces, receipts of sparse capitals), the gaps between lines: bands of ink, long for
+   their height, between rows without.
 2. Where the axis is clear, the page is turned so that the lines run across, and crops of six
    lines go to the bundled 0/180 classifier, each asked both ways up (its own lean towards one
    answer cancels out). Pooled, the lines settle it when they are surely one way up (on the
@@ -13,7 +16,7 @@ Where the classifier is unsure (Fraktur, some receipts), a closer look at the sa
 3. The engine's recognizer reads two of them both ways up; the way they read more confidently is
    up, or, if the two ways are close, two more lines are read and pooled.
 
-Where the axis is unclear (a word or two, mixed layouts), the full look:
+Where the axis is still unclear (mixed layouts, a word or two on a page), the full look:
 4. The detector's line boxes on a thumbnail give the axis: boxes longer across than down, by area.
 5. The longest lines, turned along that axis, are read both ways up as in 3. No single line decides.
 
@@ -37,6 +40,11 @@ MAX_BLOBS = 6000  # beyond this (noise, halftone: no text page has so many), a s
 AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles the axis in the first look
 FIRST_LINES = 6  # lines the first look classifies
 CLASSIFIER_SURE = 0.20  # the lines' pooled P(upside down) must be below this, or above 1 minus it
+STRIP_HEIGHT = 160  # a page at most this high and STRIP_ASPECT times as wide is a strip of text lying across
+STRIP_ASPECT = 3
+GAP_LINES = 4  # the gaps between lines settle the axis where they show at least this many lines...
+GAP_RATIO = 3  # ...and this many times as many one way as the other
+LINE_ASPECT = 4  # bands of ink that are, at the median, this many times as long as high are lines
 READ_LINES = 2  # lines the recognizer reads both ways up, then as many again if the ways are close
 READ_MARGIN = 0.15  # mean scores at least this far apart settle it without more lines
 READ_ASPECT = 5  # a detector line longer than this many heights is read in its first stretch only (the
@@ -63,10 +71,18 @@ class OrientationFinder:
         """`page`: HxW grey or HxWx3 RGB uint8. Only the crops the models read become RGB."""
         thumb, thumb_scale = _thumbnail(_grey(page), LOOK_SIDE)
         ink = _ink(thumb)
-        across, axis_share = _axis_from_blobs(ink)
+        strip = _strip_axis(page)
+        if strip is not None:
+            across, axis_share = strip, 1.0
+        else:
+            across, axis_share = _axis_from_blobs(ink)
+            if across is None or axis_share < AXIS_SURE:
+                across, axis_share = _axis_from_gaps(ink, across, axis_share)
         if across is not None and axis_share >= AXIS_SURE:
             base = 0 if across else 90
             crops = _line_crops(turn(page, base), turn(ink, base), thumb_scale, FIRST_LINES)
+            if strip is not None and len(crops) < 2:
+                crops = _strip_crops(turn(page, base), FIRST_LINES)
             if len(crops) >= 2:  # one line is not a vote
                 flipped, share, look = self._up_or_down(crops)
                 return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), look)
@@ -184,6 +200,56 @@ def _axis_from_blobs(ink: np.ndarray, neighbours: int = 2, queries: int = 250) -
     if along_x + along_y < MIN_BLOBS:
         return None, 0.0
     return along_x >= along_y, max(along_x, along_y) / (along_x + along_y)
+
+
+def _strip_axis(page: np.ndarray) -> Optional[bool]:
+    """A picture of a line or two (a cut-out field, a caption) is a strip, low and wide or, turned,
+    narrow and tall; its lines run along it, whatever its few blobs say. True for a strip lying
+    across, False for one standing (vertical CJK text in a standing strip is turned to lie across,
+    as the detector's boxes would have it), None for a page."""
+    height, width = page.shape[:2]
+    if height <= STRIP_HEIGHT and width >= STRIP_ASPECT * height:
+        return True
+    if width <= STRIP_HEIGHT and height >= STRIP_ASPECT * width:
+        return False
+    return None
+
+
+def _axis_from_gaps(ink: np.ndarray, blob_across: Optional[bool], blob_share: float) -> tuple[Optional[bool], float]:
+    """The axis from the gaps between lines, where the blobs left it unclear (Fraktur letters in
+    pieces, receipts of sparse capitals, pictures among text), on a page, not a strip. Down a page of
+    lines lying across, the rows go from ink to gap and back once per line, and the bands of ink are
+    lines: long across for their height. Bands the other way are letters or blocks.
+    Sure when one way has at least GAP_LINES line-shaped bands and GAP_RATIO times the other's;
+    otherwise the blobs' answer stands."""
+    across, down = _line_bands(ink), _line_bands(ink.T)
+    many, few = max(across, down), min(across, down)
+    if many >= GAP_LINES and many >= GAP_RATIO * few:
+        return bool(across > down), many / (many + few)
+    return blob_across, blob_share
+
+
+def _line_bands(ink: np.ndarray) -> int:
+    """How many bands of rows with ink lie between rows without, where the bands are lines: their
+    ink spans, at the median, at least LINE_ASPECT times their height across (bands of letters,
+    on a page turned the other way or in a single line, are about as high as long). 0 otherwise."""
+    for_rows = ink.mean(axis=1)
+    has_ink = np.concatenate([[False], for_rows > max(0.01, 0.1 * float(for_rows.max(initial=0))), [False]])
+    edges = np.flatnonzero(np.diff(has_ink.astype(np.int8)))
+    aspects = []
+    for top, bottom in zip(edges[::2], edges[1::2]):
+        filled = np.flatnonzero(ink[top:bottom].any(axis=0))
+        if bottom - top >= 2 and len(filled):  # a row or two of specks is no line
+            aspects.append((filled[-1] - filled[0] + 1) / (bottom - top))
+    return len(aspects) if aspects and float(np.median(aspects)) >= LINE_ASPECT else 0
+
+
+def _strip_crops(page: np.ndarray, count: int) -> list[np.ndarray]:
+    """A strip cut into stretches about four heights long, or into halves where it is shorter than
+    two such: the line crops where no band of ink was found in it (the strip is all line)."""
+    height, width = page.shape[:2]
+    step = min(4 * height, width // 2)
+    return [as_rgb(page[:, x:min(width, x + step)]) for x in range(0, width - step + 1, step)][:count]
 
 
 def _axis_from_boxes(boxes: list[np.ndarray]) -> tuple[Optional[bool], float]:

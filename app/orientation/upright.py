@@ -39,7 +39,7 @@ class Orientation:
     rotation: int  # clockwise degrees applied to the page as uploaded
     confidence: Optional[float]  # the finder's, in auto mode; None when the rotation was not found but given
     ms: float  # time spent finding and turning
-    look: str = "given"  # the finder's look that settled it (first, full, blank); "given" when not looked for
+    look: str = "given"  # the finder's look that settled it (first, read, full, blank); "given" when not looked for
 
 
 LEFT_AS_UPLOADED = Orientation(0, None, 0.0, "off")  # mode off: nothing looked for, nothing turned
