@@ -68,9 +68,15 @@ def engine_side() -> int:
 
 
 def upright_pixels(sample: Sample, side: int) -> np.ndarray:
+    """The page as the service's decoder hands it on: EXIF turn applied, shrunk to the engine's
+    budget by the service's own resize (the finder sees the same pixels from the file and from
+    the PNG made of this)."""
+    from app.config import Settings
+    from app.engines import input_budget
+    from app.page_size import fit_to_budget
+
     image = ImageOps.exif_transpose(Image.open(sample.path)).convert("RGB")
-    image.thumbnail((side, side))  # what the service would shrink it to anyway
-    return np.asarray(image)
+    return np.asarray(fit_to_budget(image, side, input_budget(Settings()).max_pixels)[0])
 
 
 def png(pixels: np.ndarray) -> bytes:

@@ -13,10 +13,12 @@ The first look, on every page (tens of milliseconds):
    devset, no upright page's lines came within 0.3 of the bar for upside down, nor the reverse).
 
 Where the classifier is unsure (Fraktur, some receipts), a closer look at the same crops:
-3. The engine's recognizer reads two of them both ways up; the way they read more confidently is
-   up, or, if the two ways are close, two more lines are read and pooled.
+3. The engine's recognizer reads two of them, of the page's usual line height, both ways up; the
+   way they read more confidently is up, or, if the two ways are close, two more lines are read
+   and pooled. A crop that reads as nothing either way (a rule, an ornament) has no vote.
 
-Where the axis is still unclear (mixed layouts, a word or two on a page), the full look:
+Where the axis is still unclear (mixed layouts, a word or two on a page), or fewer than two of the
+crops read as text, the full look:
 4. The detector's line boxes on a thumbnail give the axis: boxes longer across than down, by area.
 5. The longest lines, turned along that axis, are read both ways up as in 3. No single line decides.
 
@@ -47,6 +49,7 @@ GAP_RATIO = 3  # ...and this many times as many one way as the other
 LINE_ASPECT = 4  # bands of ink that are, at the median, this many times as long as high are lines
 READ_LINES = 2  # lines the recognizer reads both ways up, then as many again if the ways are close
 READ_MARGIN = 0.15  # mean scores at least this far apart settle it without more lines
+READ_FLOOR = 0.3  # a line read below this both ways up is no text (a rule, a picture): it has no vote
 READ_ASPECT = 5  # a detector line longer than this many heights is read in its first stretch only (the
 # recognizer's cost grows with the width it reads)
 
@@ -84,33 +87,43 @@ class OrientationFinder:
             if strip is not None and len(crops) < 2:
                 crops = _strip_crops(turn(page, base), FIRST_LINES)
             if len(crops) >= 2:  # one line is not a vote
-                flipped, share, look = self._up_or_down(crops)
-                return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), look)
+                settled = self._up_or_down(crops)
+                if settled is not None:
+                    flipped, share, look = settled
+                    return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), look)
         return self._full_look(page, across, axis_share)
 
-    def _up_or_down(self, crops: list[np.ndarray]) -> tuple[bool, float, str]:
-        """(upside down?, the vote's share, which look settled it) for crops of lines lying across."""
+    def _up_or_down(self, crops: list[np.ndarray]) -> Optional[tuple[bool, float, str]]:
+        """(upside down?, the vote's share, which look settled it) for crops of lines lying across;
+        None where neither the classifier nor the recognizer could tell."""
         both = self._direction.upside_down(_both_ways_up(crops))
         upside_down = float(np.mean((both[:len(crops)] + 1.0 - both[len(crops):]) / 2))
         if upside_down <= CLASSIFIER_SURE or upside_down >= 1 - CLASSIFIER_SURE:
             return upside_down > 0.5, max(upside_down, 1 - upside_down), "first"
-        flipped, share = self._read_both_ways(crops)
-        return flipped, share, "read"
+        read = self._read_both_ways(crops)
+        return None if read is None else (*read, "read")
 
-    def _read_both_ways(self, crops: list[np.ndarray]) -> tuple[bool, float]:
+    def _read_both_ways(self, crops: list[np.ndarray]) -> Optional[tuple[bool, float]]:
         """(upside down?, share) from the recognizer's confidence in each line, read both ways up:
-        two lines first, two more where the two ways come out close."""
+        lines of the page's usual height first (the tallest bands are often headings, drop caps or
+        rules), two at a time, until two lines that read as text either way come out at least
+        READ_MARGIN apart, or four such lines are in. A line read below READ_FLOOR both ways is no
+        text and has no vote. None with fewer than two lines of text: no single line decides."""
         scores = np.zeros((0, 2))
-        for start in range(0, min(len(crops), 2 * READ_LINES), READ_LINES):
-            batch = crops[start:start + READ_LINES]
+        ordered = _usual_height_first(crops)
+        for start in range(0, len(ordered), READ_LINES):
+            batch = ordered[start:start + READ_LINES]
             read = self._reader.scores(_both_ways_up(batch))
-            scores = np.vstack([scores, np.column_stack([read[:len(batch)], read[len(batch):]])])
-            as_is, flipped = scores.mean(axis=0)
-            if abs(as_is - flipped) >= READ_MARGIN:
-                break
+            pairs = np.column_stack([read[:len(batch)], read[len(batch):]])
+            scores = np.vstack([scores, pairs[pairs.max(axis=1) >= READ_FLOOR]])
+            if len(scores) >= READ_LINES:
+                as_is, flipped = scores.mean(axis=0)
+                if abs(as_is - flipped) >= READ_MARGIN or len(scores) >= 2 * READ_LINES:
+                    break
+        if len(scores) < 2:
+            return None
         as_is, flipped = (float(value) for value in scores.mean(axis=0))
-        share = max(as_is, flipped) / (as_is + flipped) if as_is + flipped > 0 else 0.5
-        return flipped > as_is, share
+        return flipped > as_is, max(as_is, flipped) / (as_is + flipped)
 
     def _full_look(self, page: np.ndarray, blob_across: Optional[bool], blob_share: float) -> Finding:
         rgb = as_rgb(page)
@@ -124,11 +137,17 @@ class OrientationFinder:
         height, width = rgb.shape[:2]
         turned = turn(rgb, base)
         lines = [np.array([turn_point(x, y, base, width, height) for x, y in quad]) for quad in boxes]
-        crops = _box_crops(turned, lines, 2 * READ_LINES)
-        if not crops:
+        read = self._read_both_ways(_box_crops(turned, lines, FIRST_LINES))
+        if read is None:  # the axis, but no way up: the page as uploaded along it
             return Finding(base, round(axis_share * 0.5, 3), "full")
-        flipped, share = self._read_both_ways(crops)
+        flipped, share = read
         return Finding((base + 180 * flipped) % 360, round(axis_share * share, 3), "full")
+
+
+def _usual_height_first(crops: list[np.ndarray]) -> list[np.ndarray]:
+    heights = [crop.shape[0] for crop in crops]
+    usual = float(np.median(heights))
+    return [crop for _, _, crop in sorted((abs(h - usual), index, crop) for index, (h, crop) in enumerate(zip(heights, crops)))]
 
 
 def _both_ways_up(crops: list[np.ndarray]) -> list[np.ndarray]:
