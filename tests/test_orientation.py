@@ -122,6 +122,38 @@ def test_the_gaps_between_lines_give_the_axis_where_the_blobs_do_not():
     assert _axis_from_gaps(one_line.T, True, 0.55) == (True, 0.55)
 
 
+class ScriptedReader:
+    """The recognizer's confidence, scripted per line: a crop's corner pixel names its line, and
+    after a half turn the name sits in the opposite corner."""
+
+    def __init__(self, scores: dict[int, tuple[float, float]]):
+        self._scores = scores  # line -> (as uploaded, turned 180)
+
+    def scores(self, crops: list[np.ndarray]) -> np.ndarray:
+        return np.array([self._scores[int(crop[0, 0, 0])][0] if crop[0, 0, 0] else self._scores[int(crop[-1, -1, 0])][1]
+                         for crop in crops])
+
+
+def named_crop(line: int, height: int) -> np.ndarray:
+    crop = np.zeros((height, 4 * height, 3), dtype=np.uint8)
+    crop[0, 0] = line
+    return crop
+
+
+def test_lines_that_read_as_nothing_have_no_vote_and_one_line_does_not_decide():
+    """Two tall bands (a heading in an ornate face, a rule) read as next to nothing either way, a
+    little better turned; the body lines read better upright. Pooled with the others, the bands
+    would turn the page."""
+    from app.orientation.finder import OrientationFinder
+
+    crops = [named_crop(1, 100), named_crop(2, 90), named_crop(3, 50), named_crop(4, 50)]
+    reader = ScriptedReader({1: (0.0, 0.28), 2: (0.05, 0.25), 3: (0.7, 0.55), 4: (0.7, 0.55)})
+    finder = OrientationFinder(direction=object(), reader=reader)
+    assert finder._read_both_ways(crops) == (False, pytest.approx(0.7 / 1.25))
+    lone = ScriptedReader({1: (0.0, 0.28), 2: (0.05, 0.25), 3: (0.7, 0.55), 4: (0.1, 0.2)})
+    assert OrientationFinder(direction=object(), reader=lone)._read_both_ways(crops) is None
+
+
 def test_a_fixed_angle_is_applied_without_looking_and_off_leaves_the_page(orienter, upright_page):
     upside_down = turn(upright_page, 180)
     pixels, done = orienter.upright(upside_down, "180")
