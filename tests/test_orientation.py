@@ -111,15 +111,15 @@ def speckled_lines(tops: range, seed: int = 1) -> np.ndarray:
 def test_the_gaps_between_lines_give_the_axis_where_the_blobs_do_not():
     """Lines of ink specks: the specks' neighbours point every way, but the rows go from ink to gap
     once per line, and those bands are long for their height."""
-    from app.orientation.finder import _axis_from_gaps
+    from app.orientation.axis import axis_from_gaps
 
     page = speckled_lines(range(40, 560, 80))  # seven lines
-    assert _axis_from_gaps(page, None, 0.0) == (True, 1.0)  # the bands down the page are not lines
-    assert _axis_from_gaps(page.T, True, 0.55) == (False, 1.0)  # turned: lines run down, whatever the blobs said
+    assert axis_from_gaps(page, None, 0.0) == (True, 1.0)  # the bands down the page are not lines
+    assert axis_from_gaps(page.T, True, 0.55) == (False, 1.0)  # turned: lines run down, whatever the blobs said
     one_line = speckled_lines(range(40, 41))
     # one line says nothing of gaps between lines, and its letters are no lines: the blobs' answer stands
-    assert _axis_from_gaps(one_line, False, 0.55) == (False, 0.55)
-    assert _axis_from_gaps(one_line.T, True, 0.55) == (True, 0.55)
+    assert axis_from_gaps(one_line, False, 0.55) == (False, 0.55)
+    assert axis_from_gaps(one_line.T, True, 0.55) == (True, 0.55)
 
 
 class ScriptedReader:
@@ -268,13 +268,13 @@ def test_a_page_of_dots_costs_bounded_memory(orienter, monkeypatch):
     (tens of megabytes a page in the Preprocessor replica, more as the dots get finer)."""
     import tracemalloc
 
-    from app.orientation import finder
+    from app.orientation import axis
 
     dots = np.full((1020, 1020), 255, dtype=np.uint8)
     for y in range(0, 1020, 5):
         for x in range(0, 1020, 5):
             dots[y:y + 3, x:x + 3] = 0
-    assert len(finder._blobs(finder._ink(dots))) > 6 * finder.MAX_BLOBS  # as hostile as meant
+    assert len(axis.ink_blobs(axis.ink_mask(dots))) > 6 * axis.MAX_BLOBS  # as hostile as meant
 
     def peak_bytes() -> int:
         tracemalloc.start()
@@ -285,5 +285,5 @@ def test_a_page_of_dots_costs_bounded_memory(orienter, monkeypatch):
             tracemalloc.stop()
 
     assert peak_bytes() < 40 * 2**20
-    monkeypatch.setattr(finder, "MAX_BLOBS", 10**9)
+    monkeypatch.setattr(axis, "MAX_BLOBS", 10**9)
     assert peak_bytes() > 80 * 2**20  # what the sample saves
