@@ -18,8 +18,15 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.installed-compat
 	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# The other transformers versions the vlm engine supports (pyproject.toml), beside the venv's own, for
+# tests/test_vlm_reference.py: pure-Python packages in folders of their own, put on PYTHONPATH by the test.
+$(VENV)/.installed-compat: Makefile | $(BIN)/python
+	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/compat/transformers-5.17.0 transformers==5.17.0 huggingface-hub==1.33.0
+	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/compat/transformers-5.19.0 transformers==5.19.0
 	touch $@
 
 install: $(VENV)/.installed

@@ -68,7 +68,18 @@ class VLMOptions(BaseModel):
     prompt: Optional[str] = Field(None, description="The instruction sent with each page; default: the family's.")
     max_new_tokens: int = Field(1024, ge=1, le=32768, description="Token cap per page; pages cut there are invalid.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        "auto", description="auto: bf16 on CUDA where supported, else fp16; fp32 on CPU."
+        "auto", description="auto: bf16 on GPUs that compute it natively (compute capability 8.0+); on older "
+        "cards fp16 for families safe in it (GOT-OCR2), and Qwen2/2.5-VL is refused at start-up (set float32 "
+        "there); fp32 on CPU. An explicit bf16 without native support, or fp16 for Qwen, is refused too."
+    )
+    max_pixels: Optional[int] = Field(
+        None, ge=28 * 28, description="Most pixels of a page the model reads (Qwen's max_pixels; the Preprocessor "
+        "sizes pages to it). Default: the family's recipe: Qwen2/2.5-VL 1280x28x28 (about 1.0 MP, 1,280 visual "
+        "tokens), GOT-OCR2 1024x1024 (it resizes every page to that). The model directory's own cap still applies."
+    )
+    gpu_memory_margin_mib: int = Field(
+        256, ge=0, description="GPU memory left unclaimed per replica beyond its CUDA context: the replica's "
+        "allocator may take its num_gpus share of the card, less its context (measured), less this."
     )
     trust_remote_code: bool = Field(False, description="Run modelling code shipped inside model_dir. Off unless set.")
     verify_weights: Literal["full", "size", "off"] = Field(

@@ -137,29 +137,6 @@ def test_generated_tokens_count_up_to_the_end_token_and_never_the_batch_padding(
     assert all(r.generated_tokens == engine._options.max_new_tokens for r in batched if r.finish_reason == "length")
 
 
-def test_out_of_memory_splits_the_batch_and_fails_only_the_page_that_cannot_fit(engines):
-    engine = engines["got_ocr2"]
-    pages = mixed_pages()
-    poison_width = pages[2].shape[1]
-    expected = [engine.infer([page])[0].markdown for page in pages]
-    seen = []
-
-    def fault(images):
-        seen.append(len(images))
-        if len(images) > 1 or images[0].width == poison_width:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-
-    engine.fault_hook = fault
-    try:
-        results = engine.infer(pages)
-    finally:
-        engine.fault_hook = None
-    assert seen == [4, 2, 1, 1, 2, 1, 1]  # halved, then single pages
-    assert isinstance(results[2], ServiceUnavailable) and results[2].retryable
-    assert results[2].code == "gpu_out_of_memory"
-    assert [results[i].markdown for i in (0, 1, 3)] == [expected[i] for i in (0, 1, 3)]
-
-
 def test_weights_verification_catches_a_flipped_byte_and_a_missing_file(tiny_models, tmp_path):
     model = shutil.copytree(tiny_models["got_ocr2"], tmp_path / "model")
     verify(model, "full")

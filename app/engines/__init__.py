@@ -26,6 +26,10 @@ def _engine_class(name: str):
 
 def input_budget(settings: Settings) -> InputBudget:
     """Known without loading the model, so the CPU preprocessor can size pages for it."""
+    if settings.engine == "vlm":  # per family and setting, not per class
+        from app.engines.vlm import settings_budget
+
+        return settings_budget(settings)
     return _engine_class(settings.engine).input_budget
 
 

@@ -1,5 +1,8 @@
 """Model families of the `vlm` engine: how to build a batch's inputs and read its outputs.
 
+Each family builds exactly the inputs its model's own processor documents (tests/test_vlm_reference.py
+holds every family to the processor's output and to `model.generate` on it), knows its input
+budget (the pixels worth sending) and whether fp16 is safe for it.
 Adding a family is one small class here plus its model_type in `FAMILIES`.
 Every load is `local_files_only` from the model directory.
 """
@@ -12,14 +15,21 @@ from typing import Optional
 
 from PIL import Image
 
+from app.engines.base import InputBudget
+
 
 class Family:
     name = "base"
     default_prompt = ""
+    # The most pixels worth sending by default: what the model's recipe reads a page at.
+    default_budget = InputBudget(max_side=2048, max_pixels=2048 * 2048)
+    # fp16 overflows in some families' activations (Qwen2/2.5-VL answer "!!!!"); only bf16 or fp32 there.
+    fp16_safe = False
 
-    def __init__(self, model_dir: Path, trust_remote_code: bool):
+    def __init__(self, model_dir: Path, trust_remote_code: bool, max_pixels: Optional[int] = None):
         self.model_dir = model_dir
         self.trust_remote_code = trust_remote_code
+        self.budget = budget_for(type(self), max_pixels)
         self.tokenizer = None
 
     def load(self) -> None:
@@ -55,6 +65,9 @@ class Family:
 class GotOcr2(Family):
     name = "got_ocr2"
     default_prompt = "OCR with format: "
+    # The processor resizes every page to its 1024 x 1024 input: more pixels are transfer for nothing.
+    default_budget = InputBudget(max_side=1024, max_pixels=1024 * 1024)
+    fp16_safe = True  # GOT-OCR2's own release runs in fp16
     _system = "system\nYou should follow the instructions carefully and explain your answers in detail."
 
     def load(self) -> None:
@@ -67,34 +80,49 @@ class GotOcr2(Family):
         self._left_padded(self.tokenizer)
 
     def inputs(self, images: list[Image.Image], prompt: str) -> dict:
-        # The processor's own conversation, with our instruction in place of its fixed query.
+        # The processor's own conversation, character for character (its `format=True` query is our
+        # default prompt, after the space that follows its empty box slot), with the configured
+        # instruction in place of that fixed query.
         text = (
             f"<|im_start|>{self._system}<|im_end|><|im_start|>user\n<img><imgpad></img>\n"
-            f"{prompt}<|im_end|><|im_start|>assistant\n"
+            f" {prompt}<|im_end|><|im_start|>assistant\n"
         )
         return dict(self.processor(images=images, text=[text] * len(images), return_tensors="pt", padding=True))
 
 
 class QwenVL(Family):
-    """Qwen2-VL and Qwen2.5-VL chat models (the base of MonkeyOCR's recogniser and dots.ocr).
+    """Qwen2-VL and Qwen2.5-VL chat models (the base of MonkeyOCR's recogniser, olmOCR and dots.ocr).
 
     Their processor class needs a video processor, hence torchvision, so the tokenizer and
-    image processor are loaded apart and `<|image_pad|>` is expanded here.
+    image processor are loaded apart and the processor's work is done here: `<|image_pad|>`
+    expanded to the image's tokens, and `mm_token_type_ids` marking them. Without the latter
+    the model gives image tokens plain 1-D positions instead of their 3-D (M-RoPE) ones, and
+    reads every page worse, silently.
     """
 
     name = "qwen2_5_vl"
     default_prompt = "Read all the text in this image. Write it as Markdown, in reading order."
+    # Qwen2.5-VL's recipe: max_pixels = 1280 * 28 * 28, about 1.0 MP and 1,280 visual tokens.
+    # The processor's own default (12.8 MP) turns an A4 page into about 3,800 tokens.
+    default_budget = InputBudget(max_side=2048, max_pixels=1280 * 28 * 28)
 
     def load(self) -> None:
-        from transformers import AutoImageProcessor, AutoTokenizer
+        from transformers import AutoTokenizer
+        # From its module: in transformers 5.17 the top-level name is a placeholder without torchvision.
+        from transformers.models.auto.image_processing_auto import AutoImageProcessor
 
         options = {"local_files_only": True, "trust_remote_code": self.trust_remote_code}
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, **options)
         self.image_processor = AutoImageProcessor.from_pretrained(self.model_dir, **options)
         self._left_padded(self.tokenizer)
+        self.image_token_id = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        # The model directory's own cap stays in force; the budget can only lower it.
+        size = dict(self.image_processor.size)
+        size["longest_edge"] = min(size["longest_edge"], self.budget.max_pixels)
+        self.size = size
 
     def inputs(self, images: list[Image.Image], prompt: str) -> dict:
-        vision = self.image_processor(images=images, return_tensors="pt")
+        vision = self.image_processor(images=images, size=self.size, return_tensors="pt")
         merge = getattr(self.image_processor, "merge_size", 2)
         message = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         template = self.tokenizer.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
@@ -103,18 +131,44 @@ class QwenVL(Family):
             for grid in vision["image_grid_thw"]
         ]
         encoded = self.tokenizer(texts, padding=True, return_tensors="pt")
-        return {**encoded, "pixel_values": vision["pixel_values"], "image_grid_thw": vision["image_grid_thw"]}
+        # 1 marks an image token, 0 text: what the processor returns (create_mm_token_type_ids).
+        token_types = (encoded["input_ids"] == self.image_token_id).to(encoded["input_ids"].dtype)
+        return {**encoded, "mm_token_type_ids": token_types,
+                "pixel_values": vision["pixel_values"], "image_grid_thw": vision["image_grid_thw"]}
 
 
 FAMILIES = {"got_ocr2": GotOcr2, "qwen2_vl": QwenVL, "qwen2_5_vl": QwenVL}
 
 
-def family_for(model_dir: Path, name: Optional[str], trust_remote_code: bool) -> Family:
-    if name is None:
-        name = json.loads((model_dir / "config.json").read_text()).get("model_type")
+def budget_for(family: Optional[type], max_pixels: Optional[int]) -> InputBudget:
+    """The pages' budget: `vlm.max_pixels` where set, else the family's default. An unknown family
+    (a node without the model directory) gets the largest default, and the engine's processor,
+    which knows the family, enforces its own."""
+    if family is None:
+        default = max((f.default_budget for f in FAMILIES.values()), key=lambda b: b.max_pixels)
+    else:
+        default = family.default_budget
+    if max_pixels is None:
+        return default
+    return InputBudget(max_side=default.max_side, max_pixels=max_pixels)
+
+
+def family_name(model_dir: Optional[Path], name: Optional[str]) -> Optional[str]:
+    """The configured family, else config.json's model_type; None where neither can be read."""
+    if name is not None:
+        return name
+    try:
+        return json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def family_for(model_dir: Path, name: Optional[str], trust_remote_code: bool,
+               max_pixels: Optional[int] = None) -> Family:
+    name = family_name(model_dir, name)
     if name not in FAMILIES:
         raise ValueError(f"model_type '{name}' in {model_dir} is not a supported family: {sorted(FAMILIES)}")
-    return FAMILIES[name](model_dir, trust_remote_code)
+    return FAMILIES[name](model_dir, trust_remote_code, max_pixels)
 
 
 def missing_model_files(model_dir: Path) -> list[str]:

@@ -6,7 +6,8 @@
 Nothing is downloaded: the tokenizer is a byte-level BPE trained here on a few
 sentences, the weights are random. The checkpoints exercise the real transformers
 classes (load, processor, batched generate), not OCR quality. `--size full` builds
-GOT-OCR2 at its real dimensions (about 580M parameters) for speed measurements.
+GOT-OCR2 (about 580M parameters) or Qwen2.5-VL-3B at their real dimensions, for speed
+measurements (on a GPU where there is one: initialising them on a CPU takes minutes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ _CORPUS = [
 # every page generates the same newlines, and no test could tell one page from another.
 _INIT = 0.5
 GOT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<imgpad>"]
-QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                 "<|video_pad|>"]
+# Qwen2.5-VL-3B-Instruct's published config.json: the full-size random checkpoint for GPU benchmarks.
+QWEN_3B_VISION = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
+                  "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+                  "fullatt_block_indexes": [7, 15, 23, 31]}
+QWEN_3B_TEXT = {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+                "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 128000,
+                "rope_theta": 1000000.0, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+                "tie_word_embeddings": True}
 
 
 def train_tokenizer(special_tokens: list[str], vocab_size: int = 400):
@@ -48,6 +58,12 @@ def train_tokenizer(special_tokens: list[str], vocab_size: int = 400):
         pad_token="<|endoftext|>",
         padding_side="left",
     )
+
+
+def end_tokens(tokenizer) -> list[int]:
+    """<|im_end|> and <|endoftext|>: the published checkpoints' generation_config lists both
+    (Qwen2.5-VL: [151645, 151643]), so `model.generate` stops at either, as the engine does."""
+    return [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
 
 
 def build_got_ocr2(out: Path, size: str = "tiny", seed: int = 0) -> Path:
@@ -82,7 +98,7 @@ def build_got_ocr2(out: Path, size: str = "tiny", seed: int = 0) -> Path:
         model = GotOcr2ForConditionalGeneration(config).eval()
     if size == "full":
         model = model.to(torch.bfloat16)  # half the bytes to write and read; fp32 runs upcast on load
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.eos_token_id = end_tokens(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     image_processor = GotOcr2ImageProcessorPil(size={"height": image_size, "width": image_size})
     processor = GotOcr2Processor(image_processor=image_processor, tokenizer=tokenizer)
@@ -92,7 +108,7 @@ def build_got_ocr2(out: Path, size: str = "tiny", seed: int = 0) -> Path:
     return out
 
 
-def build_qwen2_5_vl(out: Path, seed: int = 0) -> Path:
+def build_qwen2_5_vl(out: Path, size: str = "tiny", seed: int = 0) -> Path:
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
 
@@ -105,25 +121,33 @@ def build_qwen2_5_vl(out: Path, seed: int = 0) -> Path:
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
     ids = tokenizer.convert_tokens_to_ids
+    if size == "full":  # ids past the toy tokenizer's decode to nothing
+        vision, text, max_pixels = dict(QWEN_3B_VISION), dict(QWEN_3B_TEXT), 12845056  # the published processor's
+    else:
+        vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "initializer_range": _INIT,
+                  "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                  "window_size": 56, "fullatt_block_indexes": [1]}
+        text = {"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+                "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "initializer_range": _INIT}
+        max_pixels = 224 * 224
     config = Qwen2_5_VLConfig(
-        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
-                       "initializer_range": _INIT,
-                       "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
-                       "temporal_patch_size": 2, "window_size": 56, "fullatt_block_indexes": [1]},
-        text_config={"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "max_position_embeddings": 4096, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
-                     "initializer_range": _INIT,
-                     "eos_token_id": tokenizer.eos_token_id, "bos_token_id": ids("<|im_start|>")},
+        vision_config=vision,
+        text_config={**text, "eos_token_id": tokenizer.eos_token_id, "bos_token_id": ids("<|im_start|>")},
         image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|endoftext|>"),
+        video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=text.get("tie_word_embeddings", False),
     )
-    model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    device = "cuda" if size == "full" and torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    if size == "full":
+        model = model.to(torch.bfloat16)
+    model.generation_config.eos_token_id = end_tokens(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=224 * 224, patch_size=14,
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=max_pixels, patch_size=14,
                                                merge_size=2, temporal_patch_size=2)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
@@ -139,12 +163,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=sorted(BUILDERS), default="got_ocr2")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--size", choices=["tiny", "full"], default="tiny", help="full: GOT-OCR2 at real size")
+    parser.add_argument("--size", choices=["tiny", "full"], default="tiny",
+                        help="full: the real dimensions (GOT-OCR2 about 580M parameters, Qwen2.5-VL-3B)")
     options = parser.parse_args()
-    if options.family == "got_ocr2":
-        build_got_ocr2(options.out, size=options.size)
-    else:
-        build_qwen2_5_vl(options.out)
+    BUILDERS[options.family](options.out, size=options.size)
     print(f"wrote {options.family} ({options.size}) to {options.out}")
 
 
