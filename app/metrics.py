@@ -35,7 +35,7 @@ SPEC: dict[str, tuple] = {
                            ("route", "code"), None),
     "ocr_pages_total": ("counter", "Pages through the OCR engine: ok, invalid (truncated or looping) or failed",
                         ("engine", "outcome"), None),
-    "ocr_invalid_pages_total": ("counter", "Pages the engine read but marked invalid, by reason (length, repetition)",
+    "ocr_invalid_pages_total": ("counter", "Pages the engine read but marked invalid, by reason (length, repetition, degenerate)",
                                 ("reason",), None),
     "ocr_engine_errors_total": ("counter", "Pages the OCR replica failed, by the error code the client got",
                                 ("code",), None),
@@ -105,7 +105,9 @@ def stage(name: str, seconds: float) -> None:
 
 
 def invalid_reason(notes: list, finish_reason: str) -> Optional[str]:
-    """Why the engine's page is invalid, as a bounded label: repetition, length or other."""
+    """Why the engine's page is invalid, as a bounded label: degenerate, repetition, length or other."""
+    if finish_reason == "degenerate":
+        return "degenerate"
     if any("repetition" in note for note in notes):
         return "repetition"
     return "length" if finish_reason == "length" else "other"

@@ -44,7 +44,7 @@ def figures() -> dict:
 
 
 def render(values: dict) -> str:
-    gpu = values["ocr_gpu_pages_per_replica"] or "unmeasured (no GPU run yet)"
+    gpu = values["ocr_gpu_pages_per_replica"] or "not run: no GPU available"
     return "\n".join([
         "| figure serve_config.yaml is sized from | value | measured by |",
         "|---|---|---|",
@@ -52,7 +52,7 @@ def render(values: dict) -> str:
         f"| {values['preprocessor_source']} |",
         f"| pages/s per OCR replica, PP-OCR on one CPU thread | {values['ocr_cpu_pages_per_replica']} "
         f"| {values['ocr_cpu_source']} |",
-        f"| pages/s per OCR replica on a GPU (the fleet's engine) | {gpu} | `python load/gpu_bench.py` |",
+        f"| pages/s per OCR replica on a GPU (the fleet's engine) | {gpu} | `python load/gpu_bench.py --engine-only` (README, \"The GPU benchmark\") |",
     ])
 
 

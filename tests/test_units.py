@@ -111,7 +111,9 @@ def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
         assert "num_gpus" not in options, "GPUs are set through args.ocr_num_gpus, which the builder checks"
     env = app.runtime_env.get("env_vars", {})
     assert env.get("HF_HUB_OFFLINE") == "1" and env.get("TRANSFORMERS_OFFLINE") == "1"
-    assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "max_split_size_mb:128"
+    assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+    ocr_drain = next(d for d in app.deployments if d.name == "OCRModel").graceful_shutdown_timeout_s
+    assert ocr_drain >= 2 * settings.vlm.max_new_tokens * 0.05, "a replica told to stop must finish its batches"
     ocr = next(d for d in app.deployments if d.name == "OCRModel")
     assert ocr.user_config == settings.batching.model_dump()
     for deployment in app.deployments:
