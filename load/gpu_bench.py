@@ -19,7 +19,7 @@ config, GOT-OCR2 at its real size) and, per family, measures the `vlm` engine as
             at the served max_new_tokens, as confirmation.
 The JSON report is rewritten after every step, so a run cut short keeps what it measured; a step
 that would not fit in --budget-s is recorded as skipped. Random weights: the figures are speed,
-never reading. Output lengths come from load/data/devset_output_lengths.json (an estimate of
+never reading. Output lengths come from load/devset_output_lengths.json (an estimate of
 tokens from the devset's ground-truth characters; see that file).
 """
 
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from load.common import add_report_options, commit, machine, spread_cell, summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-LENGTHS = ROOT / "load" / "data" / "devset_output_lengths.json"
+LENGTHS = ROOT / "load" / "devset_output_lengths.json"
 FAMILIES = ("qwen2_5_vl", "got_ocr2")
 
 
@@ -349,7 +349,7 @@ CHARS_PER_TOKEN = {"latin": 3.2, "cjk": 1.4}
 
 
 def write_lengths(manifest: Path) -> None:
-    """load/data/devset_output_lengths.json from the devset's ground truth (its pages, not its lines)."""
+    """load/devset_output_lengths.json from the devset's ground truth (its pages, not its lines)."""
     import math
 
     pages = []
