@@ -16,10 +16,12 @@ import time
 
 import yaml
 
+from app.proxy_guard import PROXY_GUARD_ENV
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Before Ray starts: the HTTP proxy it spawns reads this (app/proxy_guard.py).
-os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
+os.environ.setdefault(*PROXY_GUARD_ENV)
 
 
 def _args_from_config(path: str | None) -> dict:

@@ -94,16 +94,17 @@ class Client:
         """One call; 503/429 wait their Retry-After, a service that is down or restarting is waited for."""
         started, attempt = time.monotonic(), 0
         while True:
+            failure: Optional[httpx.TransportError] = None
             try:
                 response = self._http.request(method, path, **kwargs)
                 if response.status_code not in (429, 503):
                     return response
                 delay = _retry_after(response)
-            except httpx.TransportError:
-                delay = min(2.0 ** attempt, 10.0)
-                if time.monotonic() - started > self._give_up_after_s:
-                    raise
+            except httpx.TransportError as exc:
+                failure, delay = exc, min(2.0 ** attempt, 10.0)
             if time.monotonic() - started + delay > self._give_up_after_s:
+                if failure is not None:  # the last attempt reached no service: say so, not a stale answer
+                    raise failure
                 return response
             attempt += 1
             time.sleep(delay)

@@ -12,6 +12,7 @@ Ray's own exceptions (`unwrap`, `to_error`, `is_replica_loss`) imports Ray, lazi
 from __future__ import annotations
 
 import logging
+import re
 from typing import Optional
 
 logger = logging.getLogger("ray.serve")
@@ -115,9 +116,10 @@ def _chain(exc: BaseException):
 
 
 # Words Serve uses when a call failed because the replica (or the one that produced its
-# input) is gone, in the RayServeException it raises without a typed cause.
-_REPLICA_LOSS_WORDS = ("actor died", "actordiederror", "actorunavailableerror", "unavailable", "was killed",
-                       "dead", "worker crashed", "node died")
+# input) is gone, in the RayServeException it raises without a typed cause. Whole words only:
+# a "deadline" is no dead replica, and is not retried as one.
+_REPLICA_LOSS_WORDS = re.compile(r"\b(actor died|actordiederror|actorunavailableerror|unavailable|was killed|dead|"
+                                 r"worker crashed|node died)\b")
 
 
 def is_replica_loss(exc: BaseException) -> bool:
@@ -135,8 +137,7 @@ def is_replica_loss(exc: BaseException) -> bool:
         if isinstance(current, lost):
             return True
         if isinstance(current, serve_exceptions.RayServeException):
-            text = str(current).lower()
-            if any(word in text for word in _REPLICA_LOSS_WORDS):
+            if _REPLICA_LOSS_WORDS.search(str(current).lower()):
                 return True
     return False
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from starlette.middleware import Middleware
-
 PROXY_GUARD_ENV = ("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
 _REQUEST_ID = b"x-request-id"
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
@@ -59,4 +57,6 @@ class HeaderGuard:
 
 
 def middlewares() -> list:
+    from starlette.middleware import Middleware  # here: PROXY_GUARD_ENV's importers need no starlette
+
     return [Middleware(HeaderGuard)]

@@ -306,7 +306,7 @@ def measure(options) -> dict:
         run.step(family, "profile", 10 * scale, lambda: kernel_busy(engine, page, device, cap))
         run.step(family, "probe", 90 * scale, lambda: probe(engine, page, device, 0.25, served))
         state.clear()
-        del engine
+        engine = page = None  # the model goes before the next family's is built
         gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()

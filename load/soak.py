@@ -27,8 +27,10 @@ from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.proxy_guard import PROXY_GUARD_ENV  # noqa: E402
+
+os.environ.setdefault(*PROXY_GUARD_ENV)
 
 import httpx  # noqa: E402
 import yaml  # noqa: E402

@@ -14,13 +14,14 @@ import tempfile
 import httpx
 import pytest
 
+from app.proxy_guard import PROXY_GUARD_ENV
 from load.common import free_port  # noqa: F401 (used by tests)
 from app.synthetic import pdf_bytes, png_bytes, render_text_page  # noqa: F401 (pdf_bytes, png_bytes: used by tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
+os.environ.setdefault(*PROXY_GUARD_ENV)
 # Weights-verified markers of this run only (app/weights.py), inherited by every Ray worker.
 os.environ.setdefault("OCR_WEIGHTS_MARKER_DIR", tempfile.mkdtemp(prefix="ocr-weights-markers-"))
 

@@ -5,7 +5,6 @@ The rotated copies are made here from synthetic pages; no image is committed.
 
 from __future__ import annotations
 
-import io
 
 import numpy as np
 import pytest

@@ -226,3 +226,29 @@ def test_the_null_engine_reads_nothing_says_so_and_takes_only_what_real_engines_
     assert engine.info.name == "null" and input_budget(settings).max_side == 2000
     with pytest.raises(ValueError):
         engine.infer([np.zeros((4, 5), np.uint8)])  # grey: the OCR replica must have made it RGB
+
+
+def test_a_deadline_in_serves_words_is_not_a_lost_replica():
+    """Replica loss is read from Serve's message where it raises no typed cause: whole words only."""
+    from ray.serve.exceptions import RayServeException
+
+    from app.errors import is_replica_loss
+
+    assert is_replica_loss(RayServeException("the replica handling this request is dead"))
+    assert not is_replica_loss(RayServeException("request deadline exceeded after 30 s"))
+    assert not is_replica_loss(RayServeException("the deadletter queue is full"))
+
+
+def test_the_client_says_the_service_is_unreachable_when_no_attempt_reached_it():
+    """Every attempt a transport error: the last one is raised, not a missing answer."""
+    import httpx
+
+    from app.client import Client
+    from load.common import free_port
+
+    client = Client(f"http://127.0.0.1:{free_port()}", api_key=None, timeout_s=1, give_up_after_s=1.5)
+    try:
+        with pytest.raises(httpx.ConnectError):
+            client.request("GET", "/healthz")
+    finally:
+        client.close()

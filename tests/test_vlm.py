@@ -8,13 +8,11 @@ import socket
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from app.config import Settings
 from app.engines import build_engine
 from app.engines.repetition import cut_loop, find_loop
-from app.errors import ServiceUnavailable
 from app.synthetic import render_text_page
 from app.tools.tiny_vlm import build_got_ocr2, build_qwen2_5_vl
 from app.weights import WeightsError, verify, verify_once_per_node, write_manifest
