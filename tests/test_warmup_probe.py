@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from app.engines import vlm_probe
 from app.engines.warmup_probe import budget_page_size, largest_fitting_batch
 
 
@@ -38,7 +39,7 @@ def test_the_engine_probe_counts_concurrent_batches(tiny_got_engine, monkeypatch
 
     barrier = threading.Barrier(2, action=judge, timeout=10)
 
-    def memory_model(images):  # the batches of one probe overlap, as concurrent batches do
+    def memory_model(probed_engine, images):  # the batches of one probe overlap, as concurrent batches do
         with lock:
             in_flight[0] += len(images)
         barrier.wait()
@@ -49,14 +50,15 @@ def test_the_engine_probe_counts_concurrent_batches(tiny_got_engine, monkeypatch
         if not fits:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(engine, "_kv_bound_forward", memory_model)
+    monkeypatch.setattr(vlm_probe, "kv_bound_forward", memory_model)
     monkeypatch.setattr(engine, "_concurrency", 2)
-    assert largest_fitting_batch(lambda size: engine._fits(page, size), 32) == 5  # 2 x 5 = 10 pages
+    assert largest_fitting_batch(lambda size: vlm_probe.fits(engine, page, size), 32) == 5  # 2 x 5 = 10 pages
 
 
-def test_the_kv_bound_forward_runs_on_a_real_model(tiny_got_engine):
+def test_the_kv_bound_forward_keeps_a_cache_as_long_as_the_prompt_and_max_new_tokens(tiny_got_engine):
     engine, page = tiny_got_engine
-    engine._kv_bound_forward([page, page])  # prompt + max_new_tokens pad tokens, cache kept: no error
+    prompt = engine.model_inputs([page])["input_ids"].shape[1]
+    assert vlm_probe.kv_bound_forward(engine, [page, page]) == prompt + engine._options.max_new_tokens
 
 
 def test_budget_page_is_a4_shaped_and_within_the_budget():

@@ -28,10 +28,11 @@ def fits(engine, page: Image.Image, size: int) -> bool:
     return not out_of_memory
 
 
-def kv_bound_forward(engine, images: list[Image.Image]) -> None:
+def kv_bound_forward(engine, images: list[Image.Image]) -> int:
     """One forward over the prompt extended by max_new_tokens pad tokens, keeping the cache:
     its memory bounds generation's from above (the full-length KV cache, and prefill
-    activations over more tokens than any decoding step), at a fraction of the time."""
+    activations over more tokens than any decoding step), at a fraction of the time.
+    Returns the length of the cache the model kept."""
     import torch
 
     inputs = engine.model_inputs(images)
@@ -46,6 +47,7 @@ def kv_bound_forward(engine, images: list[Image.Image]) -> None:
         inputs["mm_token_type_ids"] = torch.cat([types, torch.zeros_like(pad, dtype=types.dtype)], dim=1)
     with torch.inference_mode():
         try:
-            engine._model(**inputs, use_cache=True, logits_to_keep=1)
+            output = engine._model(**inputs, use_cache=True, logits_to_keep=1)
         except TypeError:  # a model without logits_to_keep: full logits, a larger (still upper) bound
-            engine._model(**inputs, use_cache=True)
+            output = engine._model(**inputs, use_cache=True)
+    return output.past_key_values.get_seq_length()
