@@ -13,7 +13,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from app.builder import GPUCapacityError, check_gpu_capacity, wait_for_gpu_capacity
 from app.config import Settings
-from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, ServiceUnavailable, to_error, unwrap
+from app.errors import BadRequest, PayloadTooLarge, ServiceUnavailable, to_error, unwrap
 from app.batching import batch_cost
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,9 @@ def test_error_mapping_of_ray_and_unknown_errors():
     unknown = to_error(ZeroDivisionError("x"))
     assert unknown.status == 500 and not unknown.retryable
     assert to_error(BadRequest("b")).body() == {"error": {"code": "bad_request", "message": "b", "retryable": False}}
-    assert isinstance(ServiceUnavailable("s"), OCRServiceError) and ServiceUnavailable("s").retryable
+    unavailable = ServiceUnavailable("s")
+    assert (unavailable.status, unavailable.retryable, unavailable.retry_after_s) == (503, True, 5)
+    assert unavailable.body() == {"error": {"code": "unavailable", "message": "s", "retryable": True}}
 
 
 def test_settings_reject_unknown_keys_and_bad_values():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import shutil
 import socket
 
@@ -71,7 +72,7 @@ def test_loads_and_generates_with_sockets_blocked(tiny_models, family, no_networ
     engine = engine_for(tiny_models[family])
     engine.warmup()
     [result] = engine.infer(mixed_pages()[:1])
-    assert result.markdown and result.finish_reason in ("stop", "length")
+    assert result.markdown and result.generated_tokens >= 1
     assert engine.info.version.startswith(family)
 
 
@@ -178,7 +179,7 @@ def vlm_url(service_url, tiny_models) -> str:
     return f"{service_url}/vlm"
 
 
-def test_vlm_graph_over_http_concurrent_equals_one(vlm_url, client):
+def test_vlm_graph_over_http_concurrent_equals_one(vlm_url, client, engines):
     image = png_bytes(render_text_page(["VLM page 7"]))
 
     def post():  # orientation off: the finder's CPU in the one Preprocessor would spread the pages apart
@@ -190,8 +191,10 @@ def test_vlm_graph_over_http_concurrent_equals_one(vlm_url, client):
     body = single.json()
     assert body["engine"]["name"] == "vlm" and body["engine"]["version"].startswith("got_ocr2")
     page = body["pages"][0]
-    assert page["markdown"] == page["text"] and page["finish_reason"] in ("stop", "length")
-    assert page["valid"] == (page["finish_reason"] == "stop" and not page["notes"])
+    # The service reads the page as the engine alone reads the same pixels (orientation off, within budget).
+    [alone] = engines["got_ocr2"].infer([np.asarray(Image.open(io.BytesIO(image)).convert("RGB"))])
+    assert (page["markdown"], page["text"], page["finish_reason"], page["valid"], page["notes"]) == \
+           (alone.markdown, alone.markdown, alone.finish_reason, alone.valid, alone.notes)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         responses = list(pool.map(lambda _: post(), range(8)))
     assert all(r.status_code == 200 for r in responses)
