@@ -194,9 +194,14 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["ppocr", "vlm", "null"] = Field(
+    engine: str = Field(
         "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir; "
-        "null: reads nothing, at once (for measuring the pipeline: load/overhead.py)."
+        "null: reads nothing, at once (for measuring the pipeline: load/overhead.py); or package.module:Class, "
+        "an engine of one's own behind the same protocol (app/engines/registry.py)."
+    )
+    engine_options: dict = Field(
+        default_factory=dict, description="Options of an engine given as package.module:Class; the engine "
+        "validates them itself."
     )
     model_dir: Optional[str] = Field(
         None, description="Local model directory (required for vlm). ppocr uses the wheel's models when unset."
@@ -250,6 +255,16 @@ class Settings(BaseModel):
     readiness_timeout_s: float = Field(
         2.0, gt=0, description="How long /readyz waits on the OCR replicas before answering 503."
     )
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        from app.engines.registry import ENGINES
+
+        module, _, attribute = value.partition(":")
+        if value not in ENGINES and not (module and attribute):
+            raise ValueError(f"engine must be one of {sorted(ENGINES)} or package.module:Class")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":

@@ -22,7 +22,7 @@ from app import metrics
 from app.batching import Queued, batch_cost, record_batch_metrics
 from app.config import BatchConfig, Settings
 from app.page_size import as_rgb
-from app.engines import build_engine
+from app.engines import build_engine, schedules_own_batches
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
 from app.service_rate import METRIC as SECONDS_PER_PAGE
@@ -77,6 +77,8 @@ class OCRModel:
         if settings.warmup:
             self._engine.warmup()
         logger.info("engine %s ready in %.2fs", self._engine.info, time.perf_counter() - start)
+        # An engine with its own scheduler (continuous batching) takes pages as they come.
+        self._own_batches = schedules_own_batches(self._engine)
         self._on_gpu = self._engine.info.device.startswith("cuda")
         self._gpu_id = assigned_gpu_id() if self._on_gpu else None  # NVML is asked about this GPU only
         self._config: Optional[BatchConfig] = None
@@ -138,6 +140,8 @@ class OCRModel:
         return clamped
 
     async def infer(self, page: PagePayload) -> PageOCR:
+        if self._own_batches:
+            return await self._infer_as_it_comes(page)
         queued = Queued(page)
         self._queue_changed(+1)
         try:
@@ -147,6 +151,34 @@ class OCRModel:
                 self._queue_changed(-1)
         if isinstance(outcome, BaseException):
             raise outcome
+        return outcome
+
+    async def _infer_as_it_comes(self, page: PagePayload) -> PageOCR:
+        """One page straight to an engine that batches by itself; errors as `_infer_batch` gives them."""
+        start = time.perf_counter()
+        try:
+            image = as_rgb(page.image)
+        except Exception:
+            logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
+            raise UnprocessableDocument(f"page {page.page_number}: undecodable payload")
+        decode_ms = (time.perf_counter() - start) * 1000
+        if self._kept.maxlen:
+            self._kept.append((page.request_id, page.page_number, image))
+        self._rate.batch_started()
+        done = 0
+        try:
+            result = await self._engine.infer_page(image)
+            done = 1
+        except Exception as exc:
+            logger.exception("engine failed on request %s page %s", page.request_id, page.page_number)
+            raise self._as_error(exc, page) from None
+        finally:
+            self._rate.batch_finished(done)
+        engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
+        outcome = PageOCR(page=dataclasses.replace(page, image=None), result=result, batch_size=1,
+                          batch_pixels=page.pixels, timings_ms={"queue_wait": 0.0, "ocr_decode": round(decode_ms, 1),
+                                                                "engine_batch": round(engine_ms, 1)})
+        self._record([page], [outcome], engine_ms)
         return outcome
 
     def _queue_changed(self, pages: int) -> None:

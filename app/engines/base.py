@@ -28,7 +28,18 @@ class EngineInfo:
 
 @runtime_checkable
 class OCREngine(Protocol):
+    """Built as `Engine(settings, threads=..., gpu_share=...)` (app/engines/registry.py).
+
+    An engine that schedules its own batches sets `schedules_own_batches = True` and also
+    implements `async infer_page(page) -> EngineResult`: the OCR replica then hands it each
+    page as it comes, without `@serve.batch`, and `batch_limits` is not asked.
+    """
+
     info: EngineInfo
+
+    @classmethod
+    def budget(cls, settings) -> InputBudget:
+        """The largest page the engine takes, known without loading it (the Preprocessor sizes pages by it)."""
 
     def load(self) -> None:
         """Load weights from local disk only. Raise with a clear message if they are missing."""

@@ -17,7 +17,11 @@ class NullEngine:
     # The bundled engine's budget, so that the CPU stages do the same work as for ppocr.
     input_budget = InputBudget(max_side=2000, max_pixels=2000 * 2000)
 
-    def __init__(self, threads: int):
+    @classmethod
+    def budget(cls, settings) -> InputBudget:
+        return cls.input_budget
+
+    def __init__(self, settings, threads: int, gpu_share: float = 1.0):
         self.info = EngineInfo(name="null", version="0", device="cpu", details={"threads": threads})
 
     def load(self) -> None:

@@ -34,7 +34,11 @@ FLIP_MARGIN = 0.05  # the turned reading must be this much more confident to rep
 class PPOCREngine:
     input_budget = InputBudget(max_side=MAX_SIDE, max_pixels=MAX_SIDE * MAX_SIDE)
 
-    def __init__(self, settings: Settings, threads: int):
+    @classmethod
+    def budget(cls, settings: Settings) -> InputBudget:
+        return cls.input_budget
+
+    def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
         import rapidocr
         from rapidocr._version import __version__ as rapidocr_version
 

@@ -46,6 +46,8 @@ def settings_budget(settings: Settings) -> InputBudget:
 
 
 class VLMEngine:
+    budget = staticmethod(settings_budget)
+
     def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
         import torch
 

@@ -1,0 +1,47 @@
+"""Which engines exist and how one is built: the only place that picks one.
+
+Every engine is a class with one constructor signature, `(settings, threads, gpu_share)`,
+and a classmethod `budget(settings)` that the CPU Preprocessor reads without loading it.
+`settings.engine` names one of `ENGINES`, or gives an import path `package.module:Class`
+for an engine that lives elsewhere (its own options under `engine_options`): adding an
+engine is one module plus its settings.
+
+An engine that schedules its own batches (`schedules_own_batches = True`, as vLLM's
+continuous batching does) is handed each page as it comes through `await infer_page(page)`;
+the others get batches gathered by `@serve.batch` through `infer(pages)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from app.config import Settings
+from app.engines.base import InputBudget, OCREngine
+
+ENGINES = {
+    "ppocr": "app.engines.ppocr:PPOCREngine",
+    "vlm": "app.engines.vlm:VLMEngine",
+    "null": "app.engines.null:NullEngine",
+}
+
+
+def engine_class(name: str) -> type:
+    path = ENGINES.get(name, name)
+    module, _, attribute = path.partition(":")
+    if not module or not attribute:
+        raise ValueError(f"unknown engine '{name}': one of {sorted(ENGINES)}, or package.module:Class")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def input_budget(settings: Settings) -> InputBudget:
+    """Known without loading the model, so the CPU preprocessor can size pages for it."""
+    return engine_class(settings.engine).budget(settings)
+
+
+def build_engine(settings: Settings, threads: int, gpu_share: float = 1.0) -> OCREngine:
+    """gpu_share: this replica's fraction of its GPU (its num_gpus), the memory it may take."""
+    return engine_class(settings.engine)(settings, threads=threads, gpu_share=gpu_share)
+
+
+def schedules_own_batches(engine) -> bool:
+    return bool(getattr(engine, "schedules_own_batches", False))

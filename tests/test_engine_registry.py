@@ -1,0 +1,90 @@
+"""Engines behind one registry (app/engines/registry.py): one constructor signature, the input budget
+in the protocol, and an engine that schedules its own batches taking pages as they come.
+
+The toy engine (tests/toy_engine.py) is added as a user would add one: its module, and
+`engine: tests.toy_engine:ToyEngine` with its `engine_options` in the configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.engines import build_engine, input_budget
+from app.engines.registry import ENGINES
+from app.schemas import PagePayload
+from app.synthetic import png_bytes, render_text_page
+
+TOY = {"engine": "tests.toy_engine:ToyEngine", "engine_options": {"label": "toy-7", "delay_s": 0.5, "max_side": 500}}
+
+
+def payload(number: int, width: int = 300, height: int = 200) -> PagePayload:
+    image = np.full((height, width, 3), 255, dtype=np.uint8)
+    return PagePayload(request_id=f"r{number}", index=0, page_number=number, image=image, width=width, height=height,
+                       source_width=width, source_height=height, scale=1.0)
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_every_registered_engine_is_built_one_way_and_knows_its_budget(name, tmp_path):
+    if name == "vlm":
+        from app.tools.tiny_vlm import build_got_ocr2
+
+        settings = Settings(engine=name, model_dir=str(build_got_ocr2(tmp_path / "got")), vlm={"verify_weights": "off"})
+    else:
+        settings = Settings(engine=name)
+    engine = build_engine(settings, threads=1, gpu_share=0.5)
+    assert engine.info.name == name
+    budget = input_budget(settings)
+    assert budget.max_side > 0 and budget.max_pixels > 0
+
+
+def test_an_unknown_engine_is_refused_by_the_settings():
+    with pytest.raises(ValueError, match="engine must be one of"):
+        Settings(engine="tesseract")
+
+
+def test_an_engine_of_ones_own_is_one_module_plus_its_settings():
+    settings = Settings(**TOY)
+    assert input_budget(settings).max_side == 500  # the Preprocessor sizes pages for it
+    engine = build_engine(settings, threads=1)
+    assert engine.info.version == "toy-7"
+
+
+def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes():
+    """Eight pages at once reach the engine together, none waiting for a batch to form or end."""
+    from app.ocr_model import OCRModel
+
+    model = OCRModel.func_or_class(Settings(**TOY, warmup=False))
+
+    async def eight():
+        return await asyncio.gather(*(model.infer(payload(n, width=100 + n)) for n in range(8)))
+
+    started = time.perf_counter()
+    results = asyncio.run(eight())
+    seconds = time.perf_counter() - started
+    assert [r.result.markdown for r in results] == [f"toy-7 {100 + n}x200" for n in range(8)]
+    assert model._engine.most_in_flight == 8 and seconds < 8 * 0.5 / 2, seconds
+    assert {r.batch_size for r in results} == {1}
+
+
+def test_the_toy_engine_serves_through_the_whole_graph_over_http(service_url, client):
+    from app.builder import build_app
+    from app.deploy import deploy
+
+    from ray import serve
+
+    deploy(build_app({**TOY, "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.2}), name="toy",
+           route_prefix="/toy", timeout_s=240)
+    image = render_text_page(["A toy page"], width=900)  # wider than the toy's budget: sized down to 500
+    try:
+        response = client.post(f"{service_url}/toy/v1/ocr", files={"file": ("p.png", png_bytes(image), "image/png")})
+    finally:
+        serve.delete("toy")  # its replicas' memory back to the session's other applications
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["engine"]["name"] == "toy" and body["engine"]["version"] == "toy-7"
+    width, height = image.size
+    assert body["pages"][0]["text"] == f"toy-7 500x{round(height * 500 / width)}"

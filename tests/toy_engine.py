@@ -1,0 +1,63 @@
+"""A toy engine of one's own, added as a user would: this one module plus `engine:` in the config.
+
+It schedules its own batches (as vLLM does): the OCR replica hands it each page as it comes.
+It answers each page with its size and its options' label, after `delay_s`, and counts how many
+pages it held at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from app.engines.base import EngineInfo, InputBudget
+from app.schemas import EngineResult
+
+
+class ToyOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = "toy"
+    delay_s: float = 0.2
+    max_side: int = 640
+
+
+class ToyEngine:
+    schedules_own_batches = True
+
+    @classmethod
+    def budget(cls, settings) -> InputBudget:
+        side = ToyOptions.model_validate(settings.engine_options).max_side
+        return InputBudget(max_side=side, max_pixels=side * side)
+
+    def __init__(self, settings, threads: int, gpu_share: float = 1.0):
+        self.options = ToyOptions.model_validate(settings.engine_options)
+        self.info = EngineInfo(name="toy", version=self.options.label, device="cpu", details={"threads": threads})
+        self.in_flight = self.most_in_flight = 0
+
+    def load(self) -> None:
+        pass
+
+    def warmup(self) -> None:
+        pass
+
+    def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
+        raise AssertionError("an engine that schedules its own batches is never handed a batch")
+
+    async def infer_page(self, page: np.ndarray) -> EngineResult:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.options.delay_s)
+        finally:
+            self.in_flight -= 1
+        return EngineResult(markdown=f"{self.options.label} {page.shape[1]}x{page.shape[0]}")
+
+    def batch_limits(self) -> Optional[tuple[int, int]]:
+        return None
+
+    def check_health(self) -> None:
+        pass
