@@ -22,16 +22,12 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from app.errors import OCRServiceError
+from app.errors import Unauthorized  # noqa: F401 (re-exported: the key check raises it)
 
 logger = logging.getLogger("ray.serve")
 
 _LINE = re.compile(r"^(?P<name>[A-Za-z0-9_.@-]{1,64}):(?P<digest>[0-9a-f]{64})$")
 RELOAD_CHECK_S = 5.0  # how often the file's mtime is looked at: a rotated key takes effect within this
-
-
-class Unauthorized(OCRServiceError):
-    status, code = 401, "unauthorized"
 
 
 class KeyFileError(ValueError):
@@ -138,11 +134,10 @@ class APIKeyMiddleware:
         try:
             name = keyring.name_of(headers.get("authorization"))
         except Unauthorized as error:
-            from starlette.responses import JSONResponse
+            from app.error_boundary import error_response, request_id_for
 
             logger.info("refused %s %s: 401 unauthorized", scope.get("method"), scope["path"])
-            response = JSONResponse(error.body(), status_code=401,
-                                    headers={"WWW-Authenticate": 'Bearer realm="ocr"'})
+            response = error_response(error, request_id_for(scope), headers={"WWW-Authenticate": 'Bearer realm="ocr"'})
             return await response(scope, receive, send)
         scope.setdefault("state", {})["api_client"] = name
         return await self._app(scope, receive, send)

@@ -2,7 +2,8 @@
 
 Deployments raise `OCRServiceError` subclasses; the ingress turns any exception,
 including a `RayTaskError` wrapping one from another replica, into the JSON body
-`{"error": {"code", "message", "retryable"}}` through `to_error()`.
+`{"error": {"code", "message", "retryable", "request_id"}}` through `to_error()` and
+app/error_boundary.py.
 
 The taxonomy itself imports nothing of Ray: the decoder sandbox's worker processes
 raise these classes and must start in a fraction of a second. Only the mapping of
@@ -44,6 +45,28 @@ def _rebuild(cls, message, code, retry_after_s):
 
 class BadRequest(OCRServiceError):
     status, code = 400, "bad_request"
+
+
+class Unauthorized(OCRServiceError):
+    status, code = 401, "unauthorized"
+
+
+class NotFound(OCRServiceError):
+    status, code = 404, "not_found"
+
+
+class MethodNotAllowed(OCRServiceError):
+    status, code = 405, "method_not_allowed"
+
+
+class Conflict(OCRServiceError):
+    status, code = 409, "conflict"
+
+
+class NotConfigured(OCRServiceError):
+    """A capability this deployment was not given (for example jobs without `jobs.store`)."""
+
+    status, code = 501, "not_configured"
 
 
 class PayloadTooLarge(OCRServiceError):
@@ -165,16 +188,3 @@ def to_error(exc: BaseException, request_id: Optional[str] = None) -> OCRService
     logger.error("request %s: unexpected error reached the error boundary", request_id or "-", exc_info=exc)
     return OCRServiceError(f"Internal error; the service log has the details under request id {request_id or '-'}.")
 
-
-class NotFound(OCRServiceError):
-    status, code = 404, "not_found"
-
-
-class Conflict(OCRServiceError):
-    status, code = 409, "conflict"
-
-
-class NotConfigured(OCRServiceError):
-    """A capability this deployment was not given (for example jobs without `jobs.store`)."""
-
-    status, code = 501, "not_configured"

@@ -2,8 +2,8 @@
 
 Per page: preprocessor (streamed) -> OCRModel.infer -> Postprocessor.process. The OCR
 response is handed to the postprocessor unawaited, so a page's image never comes
-back through the ingress. This is the one error boundary: every failure leaves as
-`{"error": {"code", "message", "retryable"}}` with its status.
+back through the ingress. Every failure leaves through the one error boundary
+(app/error_boundary.py) as `{"error": {"code", "message", "retryable", "request_id"}}`.
 """
 
 import asyncio
@@ -12,20 +12,19 @@ import time
 from typing import Optional
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from ray.serve.handle import DeploymentHandle
 
 from app import __version__
 from app.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
-from app.errors import OCRServiceError, RequestTimeout, ServiceUnavailable, to_error
+from app import error_boundary
+from app.errors import RequestTimeout, ServiceUnavailable
 from app.jobs.routes import JobRoutes
 from app import metrics
 from app.readiness import ReadinessCache, missing_stages, running_replicas
-from app.request_log import RequestLog, log_fields, request_id_of, stage_totals
+from app.request_log import RequestLog, log_fields, stage_totals
 from app.retry import retry_on_replica_loss
 from app.uploads import read_upload
 
@@ -38,35 +37,12 @@ api.add_middleware(APIKeyMiddleware, keyring=lambda: _keyring)
 api.add_middleware(RequestLog)  # added last: outermost, so it sees 401s too
 
 
-@api.exception_handler(Exception)
-async def _error_boundary(request: Request, exc: Exception) -> JSONResponse:
-    return error_response(to_error(exc))
-
-
-@api.exception_handler(RequestValidationError)
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    body = {"error": {"code": "bad_request", "message": str(exc.errors()), "retryable": False}}
-    return JSONResponse(body, status_code=400)
-
-
-@api.exception_handler(StarletteHTTPException)
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
-    body = {"error": {"code": code, "message": str(exc.detail), "retryable": False}}
-    return JSONResponse(body, status_code=exc.status_code)
-
-
-def error_response(error: OCRServiceError, request_id: Optional[str] = None) -> JSONResponse:
-    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s else {}
-    body = error.body()
-    if request_id:
-        body["error"]["request_id"] = request_id  # the key to the log line with the full detail
-    return JSONResponse(body, status_code=error.status, headers=headers)
+error_boundary.install(api)
 
 
 def _request_id(request: Request) -> str:
     """The id RequestLog fixed for this request (Serve's, so that every deployment logs it)."""
-    return getattr(request.state, "request_id", None) or request_id_of(request.scope)
+    return error_boundary.request_id_for(request.scope)
 
 
 # An ingress replica told to stop holds whole requests: give a long document time to finish.
@@ -103,26 +79,20 @@ class Ingress:
             limits = self._settings.limits
             upload = await asyncio.wait_for(read_upload(request, limits.max_upload_bytes), limits.upload_read_timeout_s)
         except asyncio.TimeoutError:
-            return self._failed(request_id, request, RequestTimeout(
+            return error_boundary.failed(request, RequestTimeout(
                 f"The request body did not arrive within limits.upload_read_timeout_s="
                 f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1))
         except Exception as exc:
-            return self._failed(request_id, request, exc)
+            return error_boundary.failed(request, exc)
         if self._inflight >= self._settings.max_inflight_requests:
             # Admission control: a bounded amount of work per replica; the rest is told to retry.
-            return self._failed(request_id, request, ServiceUnavailable(
+            return error_boundary.failed(request, ServiceUnavailable(
                 "The service is at capacity; retry later.", code="overloaded", retry_after_s=2))
         self._inflight += 1
         try:
             return await self._ocr_request(request, request_id, upload, started)
         finally:
             self._inflight -= 1
-
-    @staticmethod
-    def _failed(request_id: str, request: Request, exc: BaseException) -> JSONResponse:
-        error = to_error(exc, request_id)
-        log_fields(request)["error"] = error.code  # into the request's one log line (app/request_log.py)
-        return error_response(error, request_id)
 
     async def _ocr_request(self, request: Request, request_id: str, upload, started: float) -> JSONResponse:
         read_s = time.perf_counter() - started
@@ -132,7 +102,7 @@ class Ingress:
             pages = await self._run_pipeline(request_id, upload)
             engine = await self._engine_identity()
         except Exception as exc:
-            return self._failed(request_id, request, exc)
+            return error_boundary.failed(request, exc)
         total_s = time.perf_counter() - started
         metrics.stage("total", total_s)
         log_fields(request).update(pages=len(pages), engine=engine["name"], model_version=engine["version"],
@@ -214,7 +184,7 @@ class Ingress:
         try:
             return await route(request, request_id, *args)
         except Exception as exc:
-            return self._failed(request_id, request, exc)
+            return error_boundary.failed(request, exc)
 
     async def _engine_identity(self) -> dict:
         if self._engine is None:
@@ -227,15 +197,15 @@ class Ingress:
         return {"status": "ok"}
 
     @api.get("/readyz")
-    async def readyz(self) -> JSONResponse:
+    async def readyz(self, request: Request) -> JSONResponse:
         snapshot = await self._readiness.snapshot(self._settings.readiness_timeout_s)
         replicas = (snapshot or {}).get("replicas", {})
         checks = {"status_calls": self._readiness.fetches, "age_s": self._readiness.age_s()}
         missing = missing_stages(replicas)
         if missing:
             error = ServiceUnavailable(f"Stages with no running replica yet: {', '.join(missing)}.", code="not_ready")
-            body = error.body() | {"replicas": replicas, "checks": checks}
-            return JSONResponse(body, status_code=503, headers={"Retry-After": str(error.retry_after_s)})
+            return error_boundary.error_response(error, _request_id(request), extra={"replicas": replicas,
+                                                                                       "checks": checks})
         return JSONResponse({"status": "ready", "replicas": replicas, "gpu": snapshot.get("gpu"), "checks": checks})
 
     async def _fetch_readiness(self) -> dict:

@@ -104,3 +104,12 @@ def test_probes_stay_open_and_the_unsecured_app_is_unchanged(secured, client, in
     assert set(ready.json()["replicas"]) == {"Ingress", "Preprocessor", "OCRModel", "Postprocessor"}
     open_app = client.post("/v1/ocr", files={"file": ("i.png", invoice_png, "image/png")})
     assert open_app.status_code == 200
+
+
+def test_every_v1_route_refuses_a_missing_key_with_the_one_error_body(secured, client):
+    from tests.error_walk import bad_requests, check_error
+
+    url, _ = secured
+    v1 = sorted({(method, path) for method, path, *_ in bad_requests(1) if path.startswith("/v1")})
+    for method, path in v1:
+        check_error(client.request(method, f"{url}{path}"), 401, "unauthorized")
