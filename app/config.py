@@ -162,7 +162,8 @@ class Jobs(BaseModel):
     max_upload_bytes: int = Field(500 * 1024 * 1024, gt=0, description="Largest accepted job document.")
     upload_read_timeout_s: float = Field(300.0, gt=0, description="A job's whole document must arrive within this; else 408.")
     ttl_s: float = Field(86400.0, gt=0, description="Finished jobs and their results are deleted this long after they end.")
-    page_retries: int = Field(3, ge=0, le=10, description="Retries of a page after a retryable error, then it is failed.")
+    page_retries: int = Field(3, ge=0, le=10, description="Retries of a job's page after a retryable error (the "
+                              "rule of the top-level page_retries), then it is failed.")
     max_page_error_rate: float = Field(
         0.004, ge=0, le=1, description="Failed pages at or under this share end a job `partial`; above it, `failed`."
     )
@@ -237,7 +238,8 @@ class Settings(BaseModel):
         2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
     )
     page_retries: int = Field(
-        1, ge=0, le=3, description="Retries of a page whose OCR or postprocess replica died (pages are idempotent)."
+        1, ge=0, le=3, description="Retries of a request's page after a retryable error in OCR or postprocessing "
+        "(a replica died, a stage was overloaded or out of memory; pages are idempotent). Jobs: jobs.page_retries."
     )
     batching: BatchConfig = Field(default_factory=BatchConfig)
     debug_keep_engine_inputs: int = Field(

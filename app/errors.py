@@ -165,8 +165,9 @@ def is_replica_loss(exc: BaseException) -> bool:
     return False
 
 
-def to_error(exc: BaseException, request_id: Optional[str] = None) -> OCRServiceError:
-    """Map any exception to the public taxonomy. Unknown ones are logged with their trace.
+def to_error(exc: BaseException, request_id: Optional[str] = None, log: bool = True) -> OCRServiceError:
+    """Map any exception to the public taxonomy. Unknown ones are logged with their trace (unless
+    `log` is off: the retry rule asks only whether an error is retryable).
 
     The client sees no exception text: the message names the request id, under which
     the log line holds the full trace.
@@ -185,6 +186,7 @@ def to_error(exc: BaseException, request_id: Optional[str] = None) -> OCRService
         return ServiceUnavailable("A stage of the OCR pipeline is unavailable.", code="stage_unavailable")
     if isinstance(exc, TimeoutError):
         return ServiceUnavailable("The request timed out inside the service.", code="timeout")
-    logger.error("request %s: unexpected error reached the error boundary", request_id or "-", exc_info=exc)
+    if log:
+        logger.error("request %s: unexpected error reached the error boundary", request_id or "-", exc_info=exc)
     return OCRServiceError(f"Internal error; the service log has the details under request id {request_id or '-'}.")
 

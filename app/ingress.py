@@ -25,7 +25,7 @@ from app.jobs.routes import JobRoutes
 from app import metrics
 from app.readiness import ReadinessCache, missing_stages, running_replicas
 from app.request_log import RequestLog, log_fields, stage_totals
-from app.retry import retry_on_replica_loss
+from app.page_pipeline import EngineIdentity, read_page
 from app.uploads import read_upload
 
 logger = logging.getLogger("ray.serve")
@@ -62,7 +62,7 @@ class Ingress:
         self._jobs = JobRoutes(settings, preprocessor, job_runner)
         self._ocr = ocr_model
         self._post = postprocessor
-        self._engine: Optional[dict] = None
+        self._engine = EngineIdentity(ocr_model)
         self._inflight = 0
         self._app_name = serve.get_replica_context().app_name
         self._readiness = ReadinessCache(self._fetch_readiness, settings.readiness.refresh_s)
@@ -100,7 +100,7 @@ class Ingress:
         log_fields(request)["bytes"] = len(upload.data)
         try:
             pages = await self._run_pipeline(request_id, upload)
-            engine = await self._engine_identity()
+            engine = await self._engine.get()
         except Exception as exc:
             return error_boundary.failed(request, exc)
         total_s = time.perf_counter() - started
@@ -147,19 +147,8 @@ class Ingress:
                 task.cancel()
 
     async def _page_result(self, page) -> dict:
-        """OCR then postprocess one page, sent again if its replica died (app/retry.py)."""
-        return await retry_on_replica_loss(lambda: self._through_stages(page), self._settings.page_retries,
-                                           f"request {page.request_id} page {page.page_number}")
-
-    async def _through_stages(self, page) -> dict:
-        ocr = self._ocr.infer.remote(page)
-        response = self._post.process.remote(ocr)  # the OCR result goes on unawaited
-        try:
-            return await response
-        except asyncio.CancelledError:  # another page failed for good, or the client left
-            ocr.cancel()
-            response.cancel()
-            raise
+        """OCR then postprocess one page, under the one retry rule (app/page_pipeline.py)."""
+        return await read_page(self._ocr, self._post, page, self._settings.page_retries)
 
     # -- async jobs (app/jobs/routes.py): the store holds everything, so any replica answers --
 
@@ -185,12 +174,6 @@ class Ingress:
             return await route(request, request_id, *args)
         except Exception as exc:
             return error_boundary.failed(request, exc)
-
-    async def _engine_identity(self) -> dict:
-        if self._engine is None:
-            info = await self._ocr.info.remote()
-            self._engine = {"name": info["name"], "version": info["version"]}
-        return self._engine
 
     @api.get("/healthz")
     async def healthz(self) -> dict:

@@ -1,9 +1,11 @@
-"""Sending a page again when the replica that held it died.
+"""The one retry rule for a page, in synchronous requests and jobs alike.
 
-OCR and postprocessing of a page are idempotent, so a call that failed only because
-its replica (or the worker under it) is gone is sent once more; Serve's router picks
-another replica. Any other failure, and a second loss, go to the client as they are
-(`to_error` maps a loss to a retryable 503 `stage_unavailable`).
+OCR and postprocessing of a page are idempotent, so a call that failed with a retryable error
+(its replica or the worker under it died, a stage was overloaded or out of memory) is sent
+again, after a short backoff; Serve's router picks a replica. Any other failure, and the last
+retryable one, go on as they are (`to_error` maps them for the client). Requests retry a page
+`page_retries` times, jobs `jobs.page_retries` times: the same rule, counted apart, since a
+job has no client waiting to retry it.
 """
 
 from __future__ import annotations
@@ -12,21 +14,28 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, TypeVar
 
-from app.errors import is_replica_loss, unwrap
+from app.errors import to_error, unwrap
 
 logger = logging.getLogger("ray.serve")
 T = TypeVar("T")
 
 
-async def retry_on_replica_loss(call: Callable[[], Awaitable[T]], retries: int, what: str,
-                                backoff_s: float = 0.2) -> T:
-    """Run `call()`; after a replica loss run it again, at most `retries` more times."""
+def backoff_s(attempt: int, base_s: float = 0.25) -> float:
+    """The wait before retry `attempt` (0-based): doubling from `base_s`, at most 8 s."""
+    return min(base_s * 2 ** attempt, 8.0)
+
+
+async def retry_page(call: Callable[[], Awaitable[T]], retries: int, what: str, base_s: float = 0.25,
+                     on_retry: Callable[[], None] = lambda: None) -> T:
+    """Run `call()`; after a retryable error run it again, at most `retries` more times."""
     for attempt in range(retries + 1):
         try:
             return await call()
         except Exception as exc:
-            if attempt == retries or not is_replica_loss(exc):
+            error = to_error(exc, log=False)
+            if attempt == retries or not error.retryable:
                 raise
-            logger.warning("%s: a replica was lost (%s); sending it again", what, type(unwrap(exc)).__name__)
-            await asyncio.sleep(backoff_s * (attempt + 1))  # let the router learn the replica is gone
+            logger.warning("%s: %s (%s); sending it again", what, error.code, type(unwrap(exc)).__name__)
+            on_retry()
+            await asyncio.sleep(backoff_s(attempt, base_s))  # let the router learn the replica is gone
     raise AssertionError("unreachable")

@@ -134,7 +134,7 @@ def _run(coro):
 def test_a_page_is_sent_again_once_when_its_replica_died():
     from ray.exceptions import ActorDiedError
 
-    from app.retry import retry_on_replica_loss
+    from app.retry import retry_page
 
     calls = []
 
@@ -144,14 +144,14 @@ def test_a_page_is_sent_again_once_when_its_replica_died():
             raise RayTaskError("process", "tb", ActorDiedError())
         return "page"
 
-    assert _run(retry_on_replica_loss(flaky, retries=1, what="t", backoff_s=0)) == "page"
+    assert _run(retry_page(flaky, retries=1, what="t", base_s=0)) == "page"
     assert len(calls) == 2
 
 
 def test_a_second_loss_is_a_retryable_503_and_other_errors_are_not_retried():
     from ray.exceptions import ActorDiedError
 
-    from app.retry import retry_on_replica_loss
+    from app.retry import retry_page
 
     calls = []
 
@@ -160,7 +160,7 @@ def test_a_second_loss_is_a_retryable_503_and_other_errors_are_not_retried():
         raise ActorDiedError()
 
     with pytest.raises(ActorDiedError) as caught:
-        _run(retry_on_replica_loss(always_lost, retries=1, what="t", backoff_s=0))
+        _run(retry_page(always_lost, retries=1, what="t", base_s=0))
     assert len(calls) == 2
     error = to_error(caught.value)
     assert (error.status, error.code, error.retryable) == (503, "stage_unavailable", True)
@@ -172,7 +172,7 @@ def test_a_second_loss_is_a_retryable_503_and_other_errors_are_not_retried():
         raise BadRequest("the page itself is bad")
 
     with pytest.raises(BadRequest):
-        _run(retry_on_replica_loss(bad_page, retries=1, what="t", backoff_s=0))
+        _run(retry_page(bad_page, retries=1, what="t", base_s=0))
     assert len(calls) == 1
 
 
@@ -254,3 +254,34 @@ def test_the_client_says_the_service_is_unreachable_when_no_attempt_reached_it()
             client.request("GET", "/healthz")
     finally:
         client.close()
+
+
+def test_the_one_retry_rule_sends_a_page_again_after_any_retryable_error_and_never_after_others():
+    """Requests and jobs share it (app/page_pipeline.py): an overloaded stage is retried like a lost
+    replica; an engine failure (500) and a bad page (4xx) are not."""
+    from ray.serve.exceptions import BackPressureError
+
+    from app.errors import EngineFailure
+    from app.retry import retry_page
+
+    for retryable in (BackPressureError(num_queued_requests=1, max_queued_requests=1),
+                      ServiceUnavailable("out of memory", code="gpu_out_of_memory")):
+        calls = []
+
+        async def once_busy():
+            calls.append(1)
+            if len(calls) == 1:
+                raise retryable
+            return "page"
+
+        assert _run(retry_page(once_busy, retries=2, what="t", base_s=0)) == "page" and len(calls) == 2
+    for final in (EngineFailure("the engine broke"), BadRequest("bad page")):
+        calls = []
+
+        async def broken():
+            calls.append(1)
+            raise final
+
+        with pytest.raises(type(final)):
+            _run(retry_page(broken, retries=3, what="t", base_s=0))
+        assert len(calls) == 1

@@ -2,12 +2,14 @@
 
 It schedules its own batches (as vLLM does): the OCR replica hands it each page as it comes.
 It answers each page with its size and its options' label, after `delay_s`, and counts how many
-pages it held at once.
+pages it held at once. With `die_when` set, a replica that finds that file removes it and dies at
+once, as a replica killed mid-page does (tests/test_page_pipeline.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Optional
 
 import numpy as np
@@ -23,6 +25,7 @@ class ToyOptions(BaseModel):
     label: str = "toy"
     delay_s: float = 0.2
     max_side: int = 640
+    die_when: Optional[str] = None
 
 
 class ToyEngine:
@@ -48,6 +51,13 @@ class ToyEngine:
         raise AssertionError("an engine that schedules its own batches is never handed a batch")
 
     async def infer_page(self, page: np.ndarray) -> EngineResult:
+        if self.options.die_when:
+            try:
+                os.unlink(self.options.die_when)  # only one replica can take the file away
+            except FileNotFoundError:
+                pass
+            else:
+                os._exit(1)
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:

@@ -27,6 +27,8 @@ from app.config import Settings
 from app.errors import to_error
 from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import open_store
+from app.page_pipeline import EngineIdentity, read_page
+from app.retry import backoff_s
 from app.schemas import PagePayload
 
 logger = logging.getLogger("ray.serve")
@@ -50,10 +52,6 @@ def chunked(numbers: list[int], size: int) -> list[list[int]]:
     return [numbers[i:i + size] for i in range(0, len(numbers), size)]
 
 
-def backoff_s(attempt: int) -> float:
-    return min(0.5 * 2 ** attempt, 8.0)
-
-
 # num_cpus 0: the runner only waits, on the store and on deployments that reserve their own CPUs
 # (at 0.1 the default graph asked for 2.05, and `make run` on 2 cores never scheduled its Ingress).
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16, health_check_period_s=5,
@@ -69,7 +67,7 @@ class JobRunner:
         self._post = postprocessor
         self._owner = f"runner-{uuid.uuid4().hex[:12]}"
         self._active: dict[str, asyncio.Task] = {}
-        self._engine: Optional[dict] = None
+        self._engine = EngineIdentity(ocr_model)
         self._wake: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
         self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0}
@@ -250,24 +248,17 @@ class JobRunner:
             slots.release()
 
     async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
-        """OCR + postprocess, retried on retryable errors (a lost replica, an overloaded stage)."""
-        for attempt in range(self._jobs.page_retries + 1):
-            ocr = self._ocr.infer.remote(payload)
-            response = self._post.process.remote(ocr)
-            try:
-                return await response, None
-            except asyncio.CancelledError:
-                ocr.cancel()
-                response.cancel()
-                raise
-            except Exception as exc:
-                error = to_error(exc, job.id)
-                if not error.retryable or attempt == self._jobs.page_retries:
-                    logger.warning("job %s page %d failed: %s", job.id, payload.page_number, error.code)
-                    return None, error.body()["error"]
-                self.stats["page_retries"] += 1
-                await asyncio.sleep(backoff_s(attempt))
-        raise AssertionError("unreachable")
+        """(result, None), or (None, the error) once the one retry rule (app/page_pipeline.py) gave up."""
+        try:
+            return await read_page(self._ocr, self._post, payload, self._jobs.page_retries,
+                                   on_retry=self._count_retry), None
+        except Exception as exc:
+            error = to_error(exc, job.id)
+            logger.warning("job %s page %d failed: %s", job.id, payload.page_number, error.code)
+            return None, error.body()["error"]
+
+    def _count_retry(self) -> None:
+        self.stats["page_retries"] += 1
 
     async def _record(self, job_id: str, number: int, result: Optional[dict], error: Optional[dict]) -> None:
         """Write a page's outcome; a store that blinks is tried again rather than losing the page."""
@@ -283,13 +274,10 @@ class JobRunner:
                 await asyncio.sleep(backoff_s(attempt))
 
     async def _engine_identity(self) -> Optional[dict]:
-        if self._engine is None:
-            try:
-                info = await self._ocr.info.remote()
-                self._engine = {"name": info["name"], "version": info["version"]}
-            except Exception:
-                return None
-        return self._engine
+        try:
+            return await self._engine.get()
+        except Exception:  # a job's result says no engine rather than failing for it
+            return None
 
     def __del__(self):
         """A runner told to stop hands its leases back, so another runner takes over at once."""
