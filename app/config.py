@@ -83,7 +83,9 @@ class VLMOptions(BaseModel):
     )
     trust_remote_code: bool = Field(False, description="Run modelling code shipped inside model_dir. Off unless set.")
     verify_weights: Literal["full", "size", "off"] = Field(
-        "full", description="Check model_dir against its weights.sha256 at start-up: hashes, sizes, or not at all."
+        "full", description="Check model_dir against its weights.sha256 at start-up: hashes, sizes, or not at all; "
+        "a file not in the manifest is refused. Once per node per state of the directory: the first replica hashes "
+        "under a file lock and leaves a marker (in OCR_WEIGHTS_MARKER_DIR, default ~/.cache/ocr-weights-verified)."
     )
     warmup_max_batch: int = Field(32, ge=1, description="Largest batch the CUDA warm-up probes.")
 
@@ -94,7 +96,7 @@ class OCRAutoscaling(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     min_replicas: int = Field(1, ge=1, description="Warm replicas kept through idle periods.")
-    max_replicas: int = Field(4, ge=1)
+    max_replicas: int = Field(4, ge=1, description="Most OCR replicas; the GPU check at deploy time counts min_replicas.")
     upscale_delay_s: float = Field(5.0, ge=0, description="Demand must last this long before scaling up.")
     downscale_delay_s: float = Field(120.0, ge=0, description="Idleness must last this long before scaling down.")
     look_back_period_s: float = Field(
@@ -187,7 +189,7 @@ class Logging(BaseModel):
     format: Literal["text", "json"] = Field(
         "text", description="json: one JSON object a line, with request fields under `ocr` (app/request_log.py)."
     )
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Every deployment's log level.")
 
 
 class Settings(BaseModel):
@@ -205,10 +207,13 @@ class Settings(BaseModel):
         "validates them itself."
     )
     model_dir: Optional[str] = Field(
-        None, description="Local model directory (required for vlm). ppocr uses the wheel's models when unset."
+        None, description="Local model directory (required for vlm). For ppocr it must hold det.onnx and rec.onnx; "
+        "unset, ppocr uses the models inside the rapidocr wheel."
     )
     vlm: VLMOptions = Field(default_factory=VLMOptions)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the engine runs: auto (cuda where the replica has a GPU), cpu, cuda (needs "
+        "ocr_num_gpus > 0). ppocr always runs on the CPU.")
     engine_threads: Optional[int] = Field(
         None, ge=1, description="Inference threads per OCR replica; default: the replica's CPU share."
     )

@@ -3,9 +3,9 @@
 Plain dataclasses of arrays, numbers and strings: no PIL objects. A page image is its
 raw uint8 pixels at engine size, which Ray passes through its object store (pickle 5,
 out of band: the OCR replica reads it without a copy) and which needs no encoding in the
-preprocessor nor decoding in the OCR replica (load/cpu_cost.py, README "CPU cost per page").
+preprocessor nor decoding in the OCR replica (load/cpu_cost.py, docs/measurements.md "CPU cost per page").
 A raw A4 page is 2-9 MB: with RAY_SERVE_THROUGHPUT_OPTIMIZED=1, Serve sends it over gRPC,
-whose 4 MiB cap RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH must then raise (README).
+whose 4 MiB cap RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH must then raise (docs/operations.md).
 """
 
 from __future__ import annotations

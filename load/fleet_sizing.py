@@ -52,7 +52,7 @@ def render(values: dict) -> str:
         f"| {values['preprocessor_source']} |",
         f"| pages/s per OCR replica, PP-OCR on one CPU thread | {values['ocr_cpu_pages_per_replica']} "
         f"| {values['ocr_cpu_source']} |",
-        f"| pages/s per OCR replica on a GPU (the fleet's engine) | {gpu} | `python load/gpu_bench.py --engine-only` (README, \"The GPU benchmark\") |",
+        f"| pages/s per OCR replica on a GPU (the fleet's engine) | {gpu} | `python load/gpu_bench.py --engine-only` (docs/measurements.md, \"The GPU benchmark\") |",
     ])
 
 

@@ -1,9 +1,10 @@
-"""README.md's measured figures, rendered from the raw JSON reports in load/results/, never typed.
+"""The measured figures of README.md and docs/*.md, rendered from the raw JSON reports in load/results/,
+never typed.
 
-    python load/readme_tables.py           # rewrite every rendered block of README.md
+    python load/readme_tables.py           # rewrite every rendered block of README.md and docs/*.md
     python load/readme_tables.py --check   # exit 1 where a block differs from its report's render
 
-A rendered block in README.md is the output of one benchmark's `--render` of one report,
+A rendered block is the output of one benchmark's `--render` of one report,
 between these two lines (COMMAND is run from the repository's root, `python` being this
 interpreter):
 
@@ -25,6 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+
+
+def documents() -> list[Path]:
+    """Where rendered blocks may stand: the README and the docs."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(<!-- rendered: (?P<command>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end rendered -->)", re.S)
 
 
@@ -56,15 +62,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     options = parser.parse_args()
-    text = README.read_text()
-    new_text, changed = rendered(text)
-    blocks = len(BLOCK.findall(text))
+    blocks, changed = 0, []
+    for path in documents():
+        text = path.read_text()
+        new_text, stale = rendered(text)
+        blocks += len(BLOCK.findall(text))
+        changed += [f"{path.relative_to(ROOT)}: {command}" for command in stale]
+        if not options.check and stale:
+            path.write_text(new_text)
     if options.check:
         for command in changed:
             print(f"stale: {command}")
         print(f"{blocks} rendered blocks, {len(changed)} stale")
         return 1 if changed else 0
-    README.write_text(new_text)
     print(f"{blocks} rendered blocks, {len(changed)} rewritten")
     return 0
 

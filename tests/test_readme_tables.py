@@ -1,4 +1,4 @@
-"""README.md's measured figures are the renders of the raw reports in load/results/, not typed."""
+"""The measured figures of README.md and docs/*.md are the renders of the raw reports in load/results/, not typed."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ def test_every_rendered_block_in_the_readme_is_its_reports_render():
     done = subprocess.run([sys.executable, "load/readme_tables.py", "--check"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    blocks = readme_tables.BLOCK.findall((ROOT / "README.md").read_text())
+    blocks = [block for path in readme_tables.documents() for block in readme_tables.BLOCK.findall(path.read_text())]
     assert len(blocks) >= 7
 
 
 def test_a_figure_edited_by_hand_inside_a_block_is_found():
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "measurements.md").read_text()
     match = next(readme_tables.BLOCK.finditer(text))
     body = match["body"]
     digit = next(i for i, ch in enumerate(body) if ch.isdigit())

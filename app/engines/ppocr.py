@@ -1,6 +1,6 @@
 """The bundled CPU engine: PP-OCRv6 det/rec ONNX models shipped inside the rapidocr wheel.
 
-Measured on the devset (../shared/eval/devset, 22 images, 2 cores), see README "Engine choices":
+Measured on the devset (../shared/eval/devset, 22 images, 2 cores), see docs/engines.md "Engine choices":
 - Direction classifier off: on it flipped long upright lines (SROIE receipt 037: CER 0.038 -> 0.063).
 - Detector limit_type "max" at 2000 px instead of "min" at 736: the default upscaled a 1182x44
   text line to 19776x736 (2.3 s, CER 0.147); "max" keeps it native (0.37 s, CER 0.059), and the
