@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import random
@@ -86,6 +87,15 @@ def measure_or_render(options, measure: Callable[[], dict], render: Callable[[di
     Path(options.report).write_text(json.dumps(report, indent=2) + "\n")
     print(render(report))
     return 0 if passed(report) else 1
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    """The nearest-rank q-quantile (0 < q <= 1): the smallest value with at least a share q of the values at
+    or below it; None for no values. Every benchmark's p50, p95 and p99 is this one, so their tables compare."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
 
 def summary(values: list[float]) -> dict:
     """A figure over interleaved rounds: its median, its spread, and every round's value."""

@@ -23,11 +23,12 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, measure_or_render  # noqa: E402
+from load.common import add_report_options, commit, local_service, measure_or_render, percentile  # noqa: E402
 
 import httpx  # noqa: E402
 
@@ -76,13 +77,11 @@ def flood(url: str, page: bytes, rate: float, seconds: float) -> dict:
     latencies.sort()
     return {"requests": len(threads), "ok": len(latencies), "503": statuses.get(503, 0),
             "failed": len(threads) - len(latencies) - statuses.get(503, 0),
-            "p50_ms": round(percentile(latencies, 50), 1), "p95_ms": round(percentile(latencies, 95), 1)}
+            "p50_ms": _ms(percentile(latencies, 0.50)), "p95_ms": _ms(percentile(latencies, 0.95))}
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, max(0, round(q / 100 * len(values) + 0.5) - 1))]
+def _ms(value: Optional[float]) -> float:
+    return float("nan") if value is None else round(value, 1)
 
 
 def start_job(http: httpx.Client, document: bytes) -> dict:

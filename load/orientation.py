@@ -50,6 +50,7 @@ from load.common import (  # noqa: E402
     local_service,
     machine,
     measure_or_render,
+    percentile,
     spread_cell,
     summary,
 )
@@ -152,7 +153,7 @@ def cpu_cost(samples: list[Sample], side: int, rounds: int) -> dict:
             orienter.upright(page, None)
             spent.append(1000 * (time.process_time() - started))
         means.append(statistics.fmean(spent))
-        p95s.append(float(np.percentile(spent, 95)))
+        p95s.append(percentile(list(spent), 0.95))
     return {"mean_ms": summary(means), "p95_ms": summary(p95s), "looks": dict(looks)}
 
 

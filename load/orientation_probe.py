@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.orientation.finder import OrientationFinder  # noqa: E402
 from app.orientation.geometry import turn  # noqa: E402
-from load.common import DEFAULT_MANIFEST, load_devset  # noqa: E402
+from load.common import DEFAULT_MANIFEST, load_devset, percentile  # noqa: E402
 from load.orientation import engine_side, upright_pixels  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main() -> int:
     for angle in (0, 90, 180, 270):
         spent = np.array(cost[angle])
         print(f"angle {angle:3d}: found {right[angle]}/{seen[angle]}, "
-              f"cost mean {spent.mean():.0f} ms, p95 {np.percentile(spent, 95):.0f} ms")
+              f"cost mean {spent.mean():.0f} ms, p95 {percentile(list(spent), 0.95):.0f} ms")
     return 0
 
 

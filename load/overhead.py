@@ -36,7 +36,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, machine, measure_or_render, summary  # noqa: E402
+from load.common import add_report_options, commit, local_service, machine, measure_or_render, percentile, summary  # noqa: E402
 
 THROUGHPUT_OPTIMIZED_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
                             "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(32 * 2**20)}
@@ -178,7 +178,7 @@ def measure_both(options) -> dict:
 
 def arm_summary(rounds: list, arm: str) -> dict:
     def quantile(seconds: list, q: float) -> float:
-        return statistics.quantiles(seconds, n=100)[int(q * 100) - 1] * 1000
+        return percentile(seconds, q) * 1000
 
     return {"p50_ms": summary([quantile(r[arm]["latency"]["seconds"], 0.5) for r in rounds]),
             "p95_ms": summary([quantile(r[arm]["latency"]["seconds"], 0.95) for r in rounds]),

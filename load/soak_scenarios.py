@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from app.synthetic import png_bytes, render_text_page
+from load.common import percentile
 from load.fuzz import fuzz_cases, is_bad, send_case
 
 GOOD_TEXT = "soak 4711"
@@ -159,7 +160,7 @@ class ClientLoad:
             "failed_codes": dict(collections.Counter(f"{r.status}:{r.code}" for r in failed)),
             "longest_gap_s": round(max(gaps), 2) if gaps else None,
             "p50_s": round(statistics.median(latencies), 3) if latencies else None,
-            "p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3) if latencies else None,
+            "p95_s": round(percentile(latencies, 0.95), 3) if latencies else None,
         }
 
 

@@ -27,6 +27,9 @@ from typing import Callable, Optional
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from load.common import percentile  # noqa: E402
+
 LATE_S = 0.1
 TIMEOUT_S = 120.0
 
@@ -125,13 +128,6 @@ class StepLoad:
                     run.replicas.append((time.monotonic() - t0, replica_counts(self.app_name)))
                 except Exception:  # the controller may be busy during a node loss
                     pass
-
-
-def percentile(values: list[float], q: float) -> Optional[float]:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def window(run: Run, start: float, end: float) -> dict:

@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from load.common import add_report_options, commit, local_service, machine, measure_or_render, spread_cell, summary  # noqa: E402
+from load.common import add_report_options, commit, local_service, machine, measure_or_render, percentile, spread_cell, summary  # noqa: E402
 
 BATCHES = (1, 8)
 WARM = 4
@@ -49,7 +49,7 @@ def measure_arm(url: str, image: bytes, requests: int, concurrency: int) -> dict
     return {
         "pages_per_s": len(ok) / seconds,
         "p50_ms": statistics.median(latencies) * 1000 if ok else None,
-        "p95_ms": latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] * 1000 if ok else None,
+        "p95_ms": percentile(latencies, 0.95) * 1000 if ok else None,
         "mean_batch": statistics.mean(r[2] for r in ok) if ok else None,
         "failed": len(results) - len(ok),
     }

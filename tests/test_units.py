@@ -285,3 +285,12 @@ def test_the_one_retry_rule_sends_a_page_again_after_any_retryable_error_and_nev
         with pytest.raises(type(final)):
             _run(retry_page(broken, retries=3, what="t", base_s=0))
         assert len(calls) == 1
+
+
+def test_every_benchmark_takes_its_percentiles_one_way():
+    """Nearest rank: the smallest value with at least a share q of the values at or below it."""
+    from load.common import percentile
+
+    values = [float(v) for v in range(20, 0, -1)]  # unsorted on purpose
+    assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 1.0)) == (10.0, 19.0, 20.0)
+    assert percentile([7.0], 0.99) == 7.0 and percentile([], 0.5) is None
