@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import platform
-import random
-import socket
 import statistics
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from app.proxy_guard import PROXY_GUARD_ENV
+from app.testkit import ports, service
+
+free_port = ports.free_port  # the benchmarks' free ports and local service: app/testkit, shared with the tests
+local_service = service.local_service
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -26,26 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = ROOT.parent / "shared" / "eval" / "devset" / "manifest.jsonl"
 
 
-# Below the kernel's ephemeral range (32768-60999 here): Ray's own processes bind ephemeral ports
-# while they start, and once took the port a test had just found free before Serve's proxy bound it.
-_QUIET_PORTS = range(20000, 32000)
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now that no earlier call in this process returned."""
-    for _ in range(200):
-        port = random.choice(_QUIET_PORTS)
-        if port in _handed_out:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError("no free port in 20000-32000")
 
 
 
@@ -130,28 +110,6 @@ def load_devset(manifest: Path, kind: Optional[str] = None) -> list[Sample]:
             if kind is None or row["kind"] == kind:
                 samples.append(Sample(manifest.parent / row["image"], row["text"], row["lang"], row["kind"]))
     return samples
-
-
-@contextlib.contextmanager
-def local_service(args: Optional[dict] = None, num_cpus: Optional[int] = None) -> Iterator[str]:
-    """Start Ray and the application on a free port, as `make run` would; yield its URL."""
-    import ray
-    from ray import serve
-
-    from app.builder import build_app
-    from app.deploy import deploy
-
-    port = free_port()
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        started = time.perf_counter()
-        deploy(build_app(args or {}), name="ocr", timeout_s=300)
-        print(f"service up in {time.perf_counter() - started:.1f}s on port {port}", flush=True)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 class BareEngine:

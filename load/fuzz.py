@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
+from app.testkit.raw_http import read_response
 from app.synthetic import render_text_page
 from load.hostile import apng_frame_bomb, fan_out_forms_pdf, pdf_from_objects, png_chunk, self_drawing_form_pdf
 
@@ -358,7 +359,7 @@ def _send_raw(url: str, case: Case, started: float, timeout_s: float) -> Outcome
                     time.sleep(0.05)
             else:
                 sock.sendall(case.raw)
-            answer = _read_response(sock)
+            answer = read_response(sock)
     except OSError:
         answer = b""
     if not answer:
@@ -371,24 +372,6 @@ def _send_raw(url: str, case: Case, started: float, timeout_s: float) -> Outcome
     # uvicorn answers malformed HTTP itself, in plain text, before any application code runs.
     from_proxy = b"content-type: text/plain" in head.lower() and b"x-request-id" not in head.lower()
     return _outcome(case.name, started, status, body, from_proxy)
-
-
-def _read_response(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
-                   if line.startswith(b"content-length:")), None)
-    while length is not None and len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head + b"\r\n\r\n" + body
 
 
 def is_bad(outcome: Outcome, case: Case) -> Optional[str]:

@@ -24,24 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from app.synthetic import pdf_bytes, render_text_page  # noqa: E402
+from app.testkit.documents import numbered_pdf, serial  # noqa: E402
 from load.common import add_report_options, commit, measure_or_render  # noqa: E402
 
 
-def register(number: int) -> str:
-    return f"Register {number * 37 + 1000}"
-
-
 def own_text(page: dict) -> bool:
-    """The page holds its own two lines; spaces aside (PP-OCR sometimes reads `Register3257`)."""
+    """The page holds its own two lines; spaces aside (PP-OCR sometimes reads `Serial3257`)."""
     text = "".join((page.get("text") or "").split())
     number = page["page_number"]
-    return f"Archivepage{number}" in text and "".join(register(number).split()) in text
-
-
-def numbered_pdf(pages: int, dpi: int = 100) -> bytes:
-    """Each page its own text, rendered one at a time (300 pages stay a few MB)."""
-    return pdf_bytes((render_text_page([f"Archive page {n}", register(n)]) for n in range(1, pages + 1)), dpi)
+    return f"Archivepage{number}" in text and "".join(serial(number).split()) in text
 
 
 def submit(http: httpx.Client, document: bytes, key: Optional[str] = None) -> dict:

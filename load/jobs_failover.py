@@ -34,8 +34,9 @@ from load.common import ROOT, add_report_options, commit, free_port, measure_or_
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from load.jobs_check import compare, follow, numbered_pdf, submit  # noqa: E402
-from tests.redis_server import redis_server  # noqa: E402
+from app.testkit.documents import numbered_pdf  # noqa: E402
+from load.jobs_check import compare, follow, submit  # noqa: E402
+from app.testkit.redis_server import redis_server  # noqa: E402
 
 BIN = Path(sys.executable).parent
 LEASE_S = 3

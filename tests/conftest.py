@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.proxy_guard import PROXY_GUARD_ENV
-from load.common import free_port  # noqa: F401 (used by tests)
+from app.testkit.ports import free_port  # noqa: F401 (used by tests)
 from app.synthetic import pdf_bytes, png_bytes, render_text_page  # noqa: F401 (pdf_bytes, png_bytes: used by tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -15,7 +15,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.synthetic import png_bytes, render_text_page  # noqa: E402
-from load.common import local_service  # noqa: E402
+from app.testkit.service import local_service  # noqa: E402
 
 
 def outside_reachable() -> bool:

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.test_cluster_deploy import _kill_group, _kill_leftovers, _wait_for
+from app.testkit.processes import kill_group, kill_leftovers
+from app.testkit.waits import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -50,11 +51,11 @@ def token_head(tmp_path_factory):
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dashboard = f"http://127.0.0.1:{ports['DASHBOARD']}"
     try:
-        _wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code in (200, 401), 150, "dashboard")
+        wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code in (200, 401), 150, "dashboard")
         yield {"dashboard": dashboard, "token": token}
     finally:
-        _kill_group(process)
-        _kill_leftovers(temp_dir)
+        kill_group(process)
+        kill_leftovers(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

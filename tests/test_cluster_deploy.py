@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ import pytest
 import yaml
 
 from app.synthetic import render_text_page
+from app.testkit.processes import kill_group, kill_leftovers
+from app.testkit.waits import wait_for
 from app.tools.tiny_vlm import build_got_ocr2
 from app.weights import write_manifest
 from tests.conftest import free_port, png_bytes
@@ -51,49 +52,15 @@ def head_node():
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dashboard = f"http://127.0.0.1:{ports['dashboard']}"
     try:
-        _wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code == 200, 90, "dashboard")
+        wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code == 200, 90, "dashboard")
         yield {"dashboard": dashboard, "http_port": ports["http"], "gcs": f"127.0.0.1:{ports['gcs']}",
                "temp_dir": temp_dir, "worker_agent_port": ports["worker_agent"]}
     finally:
         subprocess.run([str(BIN / "serve"), "shutdown", "-y", "-a", dashboard], env=cli_env(),
                        capture_output=True, timeout=60)
-        _kill_group(process)
-        _kill_leftovers(temp_dir)
+        kill_group(process)
+        kill_leftovers(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-            process.wait(timeout=20)
-            return
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            continue
-
-
-def _kill_leftovers(temp_dir: str) -> None:
-    """Ray processes that left the group still name the cluster's temp dir in their command line."""
-    found = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
-    for pid in found:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-
-
-def _wait_for(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (httpx.HTTPError, OSError, ValueError, KeyError) as exc:  # not up yet; an AssertionError is no such thing
-            last = exc
-        time.sleep(1)
-    raise TimeoutError(f"{what} not ready after {timeout_s}s ({last})")
 
 
 def write_config(tmp_path: Path, http_port: int, cpu_only: bool) -> Path:
@@ -133,7 +100,7 @@ def app_status(dashboard: str) -> dict:
 def test_fleet_config_fails_fast_without_gpus(head_node, tmp_path):
     started = time.monotonic()
     serve_deploy(write_config(tmp_path, head_node["http_port"], cpu_only=False), head_node["dashboard"])
-    status = _wait_for(
+    status = wait_for(
         lambda: (s := app_status(head_node["dashboard"])).get("status") == "DEPLOY_FAILED" and s,
         60, "DEPLOY_FAILED",
     )
@@ -146,7 +113,7 @@ def test_fleet_config_fails_fast_without_gpus(head_node, tmp_path):
 
 def test_cpu_copy_of_fleet_config_deploys_and_answers(head_node, tmp_path):
     serve_deploy(write_config(tmp_path, head_node["http_port"], cpu_only=True), head_node["dashboard"])
-    _wait_for(lambda: app_status(head_node["dashboard"]).get("status") == "RUNNING", 240, "RUNNING")
+    wait_for(lambda: app_status(head_node["dashboard"]).get("status") == "RUNNING", 240, "RUNNING")
     status = subprocess.run([str(BIN / "serve"), "status", "-a", head_node["dashboard"]], env=cli_env(),
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 0 and "RUNNING" in status.stdout, status.stderr
@@ -173,7 +140,7 @@ def info(port: int) -> dict:
 def deploy_and_wait(path: Path, dashboard: str, port: int, in_force, replaced: set = frozenset()) -> None:
     """`serve deploy`, then wait until the change is in force, the app RUNNING and `replaced` replicas gone."""
     serve_deploy(path, dashboard)
-    _wait_for(lambda: in_force(info(port)) and app_status(dashboard).get("status") == "RUNNING"
+    wait_for(lambda: in_force(info(port)) and app_status(dashboard).get("status") == "RUNNING"
               and not (replaced & set(running_replica_ids(dashboard))), 240, f"update {path.name}")
 
 
@@ -235,11 +202,11 @@ def test_cold_start_gpu_workers_join_after_the_deploy(head_node, tmp_path):
         env=cli_env(), start_new_session=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     joined = time.monotonic()
     try:
-        status = _wait_for(lambda: (s := app_status(head_node["dashboard"])).get("status") == "RUNNING" and s,
+        status = wait_for(lambda: (s := app_status(head_node["dashboard"])).get("status") == "RUNNING" and s,
                            240, "RUNNING after the GPU worker joined")
         print(f"cold start: RUNNING {time.monotonic() - joined:.1f}s after a 1-GPU worker joined a GPU-less head")
         running = [r for r in status["deployments"]["OCRModel"]["replicas"] if r["state"] == "RUNNING"]
         assert len(running) == 2, status["deployments"]["OCRModel"]
         assert info(head_node["http_port"])["settings"]["ocr_num_gpus"] == 0.5
     finally:
-        _kill_group(worker)
+        kill_group(worker)

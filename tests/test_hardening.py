@@ -86,7 +86,7 @@ def test_a_hostile_request_id_header_is_replaced_not_a_500(service_url, request_
     import socket
     from urllib.parse import urlsplit
 
-    from load.fuzz import _read_response
+    from app.testkit.raw_http import read_response
 
     parts = urlsplit(service_url)
     body = soak.good_png()
@@ -94,7 +94,7 @@ def test_a_hostile_request_id_header_is_replaced_not_a_500(service_url, request_
             b"\r\nContent-Length: %d\r\n\r\n" % len(body))
     with socket.create_connection((parts.hostname, parts.port), timeout=60) as sock:
         sock.sendall(head + body)
-        answer = _read_response(sock)
+        answer = read_response(sock)
     status_line, _, rest = answer.partition(b"\r\n")
     assert status_line.split()[1] == b"200", answer[:300]
     echoed = [line for line in rest.split(b"\r\n") if line.lower().startswith(b"x-request-id:")]

@@ -6,25 +6,13 @@ import os
 import signal
 import time
 
+from app.testkit.documents import numbered_pdf
+from app.testkit.jobs import wait_finished
 from load.soak_scenarios import serve_actors
-from tests.conftest import pdf_bytes, render_text_page
-
-
-def numbered_pdf(count: int, tag: str) -> bytes:
-    return pdf_bytes([render_text_page([f"{tag} page {n}", f"Serial {n * 37 + 1000}"]) for n in range(1, count + 1)])
 
 
 def submit(client, document: bytes, **kwargs):
     return client.post("/v1/jobs", files={"file": ("doc.pdf", document, "application/pdf")}, **kwargs)
-
-
-def wait_finished(client, job_id: str, timeout_s: float = 240) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = client.get(f"/v1/jobs/{job_id}", params={"wait": 5}).json()
-        if status["status"] not in ("queued", "running"):
-            return status
-    raise AssertionError(f"job {job_id} not finished in {timeout_s} s: {status}")
 
 
 def test_a_job_reads_every_page_as_a_synchronous_request_does(client):

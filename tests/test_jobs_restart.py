@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import free_port
-from tests.test_jobs_api import numbered_pdf
+from app.testkit.documents import numbered_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = 30

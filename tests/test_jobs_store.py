@@ -13,7 +13,7 @@ from app.config import Settings
 from app.jobs.model import Job
 from app.jobs.sqlite_store import _SCHEMA
 from app.jobs.store import open_store
-from tests.redis_server import redis_server
+from app.testkit.redis_server import redis_server
 
 
 @pytest.fixture(scope="module")

@@ -226,7 +226,7 @@ def test_a_bad_orientation_is_a_400(client, upright_page):
 
 
 def test_a_job_keeps_the_requests_orientation(client, upright_page, upright_result):
-    from tests.test_jobs_api import wait_finished
+    from app.testkit.jobs import wait_finished
 
     document = turned_png(upright_page, 180)
     accepted = client.post("/v1/jobs", params={"orientation": "off"}, files={"file": ("p.png", document, "image/png")})

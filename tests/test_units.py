@@ -246,7 +246,7 @@ def test_the_client_says_the_service_is_unreachable_when_no_attempt_reached_it()
     import httpx
 
     from app.client import Client
-    from load.common import free_port
+    from app.testkit.ports import free_port
 
     client = Client(f"http://127.0.0.1:{free_port()}", api_key=None, timeout_s=1, give_up_after_s=1.5)
     try:

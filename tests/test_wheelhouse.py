@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from load.common import free_port
+from app.testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.own_cluster  # the fresh install starts its own Ray

@@ -12,7 +12,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-from load.common import free_port
+from app.testkit.ports import free_port
 
 
 @contextmanager
