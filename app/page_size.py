@@ -37,7 +37,13 @@ def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Ima
 
 
 def as_rgb(pixels: np.ndarray) -> np.ndarray:
-    """What the engines take: HxWx3 uint8. A grey page travels as one channel, a third of the bytes."""
+    """What the engines take: HxWx3 uint8. A grey page travels as one channel, a third of the bytes.
+    Anything else is no page (ValueError): it must fail alone, before the engine, not inside it."""
+    if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8:
+        raise ValueError(f"a page is uint8 pixels, not {getattr(pixels, 'dtype', type(pixels))} "
+                         f"{getattr(pixels, 'shape', '')}")
     if pixels.ndim == 2:
         return np.repeat(pixels[:, :, None], 3, axis=2)
+    if pixels.ndim != 3 or pixels.shape[2] != 3:
+        raise ValueError(f"a page is HxW or HxWx3 pixels, not {pixels.shape}")
     return pixels

@@ -53,7 +53,7 @@ def test_an_engine_of_ones_own_is_one_module_plus_its_settings():
     assert engine.info.version == "toy-7"
 
 
-def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes():
+def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes(ray_session):
     """Eight pages at once reach the engine together, none waiting for a batch to form or end."""
     from app.ocr_model import OCRModel
 

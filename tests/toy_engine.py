@@ -71,3 +71,41 @@ class ToyEngine:
 
     def check_health(self) -> None:
         pass
+
+
+class BatchToyOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    poison_width: int = 13  # a batch holding a page this wide makes the engine raise
+    batch_limit: Optional[tuple[int, int]] = None  # (pages, pixels) the warm-up would have measured
+
+
+class BatchToyEngine:
+    """A batch engine (gathered by @serve.batch) that breaks on one kind of page, as a real one may."""
+
+    @classmethod
+    def budget(cls, settings) -> InputBudget:
+        return InputBudget(max_side=2000, max_pixels=2000 * 2000)
+
+    def __init__(self, settings, threads: int, gpu_share: float = 1.0):
+        self.options = BatchToyOptions.model_validate(settings.engine_options)
+        self.info = EngineInfo(name="batch-toy", version="1", device="cpu")
+        self.calls: list[int] = []
+
+    def load(self) -> None:
+        pass
+
+    def warmup(self) -> None:
+        pass
+
+    def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
+        self.calls.append(len(pages))
+        if any(page.shape[1] == self.options.poison_width for page in pages):
+            raise RuntimeError("the engine broke on this batch")
+        return [EngineResult(markdown=f"{page.shape[1]}x{page.shape[0]}") for page in pages]
+
+    def batch_limits(self) -> Optional[tuple[int, int]]:
+        return self.options.batch_limit
+
+    def check_health(self) -> None:
+        pass
