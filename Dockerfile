@@ -55,7 +55,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     RAY_USAGE_STATS_ENABLED=0 \
     CUDA_DEVICE_ORDER=PCI_BUS_ID \
-    RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.proxy_guard:middlewares \
+    RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.http.proxy_guard:middlewares \
     PYTHONUNBUFFERED=1
 
 # Secrets are mounted at run time, never built in: /etc/ocr/secrets/api_keys (API key digests,

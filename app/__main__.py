@@ -16,11 +16,11 @@ import time
 
 import yaml
 
-from app.proxy_guard import PROXY_GUARD_ENV
+from app.http.proxy_guard import PROXY_GUARD_ENV
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Before Ray starts: the HTTP proxy it spawns reads this (app/proxy_guard.py).
+# Before Ray starts: the HTTP proxy it spawns reads this (app/http/proxy_guard.py).
 os.environ.setdefault(*PROXY_GUARD_ENV)
 
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args_from_config(options.config)
     if not _is_loopback(options.host) and not (args.get("auth") or {}).get("api_keys_file"):
         print(f"error: --host {options.host} would open the OCR API to the network without API keys. "
-              "Set auth.api_keys_file in the --config file (python -m app.auth add FILE NAME makes a key), "
+              "Set auth.api_keys_file in the --config file (python -m app.http.auth add FILE NAME makes a key), "
               "or listen on 127.0.0.1.", file=sys.stderr)
         return 2
 
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     # address="local": always a Ray instance of its own, even where another one runs on this machine.
     # The dashboard stays on loopback: `serve status` and `serve deploy` work here, nobody else reaches it.
@@ -123,11 +123,11 @@ def stop_quickly(drain_s: float) -> None:
     same graceful shutdown, in this thread (a serve.shutdown still running in another one
     while ray.shutdown() goes on makes Ray's core worker end the process with status 1,
     before anything below has run), then stops Ray and ends whatever of that instance
-    outlived ray.shutdown (app/local_ray.py says why there is any).
+    outlived ray.shutdown (app/serve/local_ray.py says why there is any).
     """
     import ray
 
-    from app.local_ray import end_leftovers, processes_of_this_instance
+    from app.serve.local_ray import end_leftovers, processes_of_this_instance
 
     drain_serve(drain_s)
     node_id = ray.get_runtime_context().get_node_id()

@@ -105,8 +105,8 @@ class OCRAutoscaling(BaseModel):
     policy: Literal["service_rate", "queue_capacity", "serve_default"] = Field(
         "service_rate",
         description="service_rate: replicas enough to clear the pages in flight within target_queue_wait_s at "
-                    "the speed the replicas measure (app.autoscaling.ServiceRatePolicy); queue_capacity: one "
-                    "replica per batch capacity of pages in flight (app.autoscaling.queue_policy); "
+                    "the speed the replicas measure (app.scaling.autoscaling.ServiceRatePolicy); queue_capacity: one "
+                    "replica per batch capacity of pages in flight (app.scaling.autoscaling.queue_policy); "
                     "serve_default: Ray Serve's own.",
     )
     target_queue_wait_s: float = Field(
@@ -132,7 +132,7 @@ class Auth(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     api_keys_file: Optional[str] = Field(
-        None, description="File of `name:sha256hex` lines (app/auth.py); set: /v1/* needs `Authorization: Bearer`."
+        None, description="File of `name:sha256hex` lines (app/http/auth.py); set: /v1/* needs `Authorization: Bearer`."
     )
 
 
@@ -187,7 +187,7 @@ class Logging(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["text", "json"] = Field(
-        "text", description="json: one JSON object a line, with request fields under `ocr` (app/request_log.py)."
+        "text", description="json: one JSON object a line, with request fields under `ocr` (app/http/request_log.py)."
     )
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Every deployment's log level.")
 

@@ -3,7 +3,7 @@
 Deployments raise `OCRServiceError` subclasses; the ingress turns any exception,
 including a `RayTaskError` wrapping one from another replica, into the JSON body
 `{"error": {"code", "message", "retryable", "request_id"}}` through `to_error()` and
-app/error_boundary.py.
+app/http/error_boundary.py.
 
 The taxonomy itself imports nothing of Ray: the decoder sandbox's worker processes
 raise these classes and must start in a fraction of a second. Only the mapping of

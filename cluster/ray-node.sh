@@ -20,8 +20,8 @@ ray_token_auth
 export RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # NVML and CUDA then count GPUs in the same order, so telemetry reads the replica's own GPU.
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
-# Serve's proxy on this node drops request headers it would fail to decode (app/proxy_guard.py).
-export RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.proxy_guard:middlewares
+# Serve's proxy on this node drops request headers it would fail to decode (app/http/proxy_guard.py).
+export RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.http.proxy_guard:middlewares
 
 gpus="${OCR_NUM_GPUS:-}"
 if [[ -z "$gpus" ]]; then

@@ -113,8 +113,8 @@ def one_replica_seconds_per_page(url: str, payload: bytes) -> float:
     """What one OCR replica takes for the page, alone: the median of 4 sequential requests after one."""
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     deploy(build_app(app_args("queue_capacity")), name="ocr", timeout_s=300)
     try:
@@ -132,8 +132,8 @@ def one_replica_seconds_per_page(url: str, payload: bytes) -> float:
 def run_arm(policy: str, url: str, payload: bytes, rates: tuple[float, float]) -> dict:
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     deploy(build_app(app_args(policy)), name="ocr", timeout_s=300)
     try:

@@ -103,8 +103,8 @@ def main() -> int:
     import ray
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
     from app.synthetic import png_bytes, render_text_page
 
     started = time.monotonic()

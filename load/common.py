@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from app.proxy_guard import PROXY_GUARD_ENV
+from app.http.proxy_guard import PROXY_GUARD_ENV
 from app.testkit import ports, service
 
 free_port = ports.free_port  # the benchmarks' free ports and local service: app/testkit, shared with the tests
@@ -127,8 +127,8 @@ class BareEngine:
     def read(self, data: bytes, content_type: str) -> str:
         import numpy as np
 
-        from app.documents import load_pages
-        from app.postprocess import build_page_result
+        from app.sandbox.documents import load_pages
+        from app.pipeline.postprocess import build_page_result
         from app.schemas import PageOCR, PagePayload
 
         texts = []

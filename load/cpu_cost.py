@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import io
 import json
 import os
@@ -78,14 +79,25 @@ def ray_hop(value):
     return pickle.loads(stored_stream, buffers=stored_buffers)
 
 
+def arm_module(*names: str):
+    """The first of these modules that the arm's tree has: modules moved between commits
+    (app/documents.py into app/sandbox/, app/preprocess.py and app/page_size.py into app/pipeline/)."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    raise ModuleNotFoundError(f"none of {names} in this tree")
+
+
 def engine_input_of(documents):
     """The arm's OCR-replica side: PNG decoding in trees before the raw transport, else as_rgb
-    (in app.documents until it moved to app.page_size)."""
+    (in app/documents.py until it moved to app/page_size.py, now app/pipeline/page_size.py)."""
     if hasattr(documents, "decode_png"):
         return lambda payload: documents.decode_png(payload.png)
     try:
-        from app.page_size import as_rgb
-    except ImportError:
+        as_rgb = arm_module("app.pipeline.page_size", "app.page_size").as_rgb
+    except ModuleNotFoundError:
         as_rgb = documents.as_rgb
     return lambda payload: as_rgb(payload.image)
 
@@ -109,11 +121,12 @@ def run_arm(docs_file: str) -> dict:
     """Every set's CPU seconds and pages, measured with the `app` of the arm's tree (the cwd)."""
     sys.path.insert(0, os.getcwd())  # before this repository's root, which the module put first
     import app
-    from app import documents
     from app.config import Settings
     from app.engines import input_budget
-    from app.preprocess import to_payload
     from app.sandbox import DecodeSandbox
+
+    documents = arm_module("app.sandbox.documents", "app.documents")
+    to_payload = arm_module("app.pipeline.preprocess", "app.preprocess").to_payload
 
     settings = Settings()
     budget = input_budget(settings)
@@ -207,7 +220,7 @@ def png_form(image) -> tuple[bytes, callable]:
 def raw_form(image) -> tuple[bytes, callable]:
     import numpy as np
 
-    from app.page_size import as_rgb
+    from app.pipeline.page_size import as_rgb
 
     shape = (image.height, image.width) if image.mode == "L" else (image.height, image.width, 3)
     return image.tobytes(), lambda data: as_rgb(np.frombuffer(data, np.uint8).reshape(shape))
@@ -224,9 +237,9 @@ FORMS = {"png (compress 1)": png_form, "raw uint8": raw_form, "raw + zlib 1": ra
 def transport_table(devset: list, rounds: int) -> dict:
     """CPU ms per page to make each form, carry it one Ray hop, and read it back; its size."""
     from app.config import Settings
-    from app.documents import iter_pages
+    from app.sandbox.documents import iter_pages
     from app.engines import input_budget
-    from app.page_size import Target, fit_to_budget
+    from app.pipeline.page_size import Target, fit_to_budget
 
     budget = input_budget(Settings())
     target = Target(budget.max_side, budget.max_pixels)

@@ -28,7 +28,7 @@ from pathlib import Path
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.proxy_guard import PROXY_GUARD_ENV  # noqa: E402
+from app.http.proxy_guard import PROXY_GUARD_ENV  # noqa: E402
 
 os.environ.setdefault(*PROXY_GUARD_ENV)
 
@@ -223,7 +223,7 @@ def main() -> int:
     import ray
     from ray import serve
 
-    from app.deploy import wait_until_running
+    from app.serve.deploy import wait_until_running
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

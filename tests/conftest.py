@@ -14,7 +14,7 @@ import tempfile
 import httpx
 import pytest
 
-from app.proxy_guard import PROXY_GUARD_ENV
+from app.http.proxy_guard import PROXY_GUARD_ENV
 from app.testkit.ports import free_port  # noqa: F401 (used by tests)
 from app.synthetic import pdf_bytes, png_bytes, render_text_page  # noqa: F401 (pdf_bytes, png_bytes: used by tests)
 
@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault(*PROXY_GUARD_ENV)
-# Weights-verified markers of this run only (app/weights.py), inherited by every Ray worker.
+# Weights-verified markers of this run only (app/ops/weights.py), inherited by every Ray worker.
 os.environ.setdefault("OCR_WEIGHTS_MARKER_DIR", tempfile.mkdtemp(prefix="ocr-weights-markers-"))
 
 OCR_REPLICAS = 4
@@ -71,8 +71,8 @@ def ray_session():
 def service_url(ray_session) -> str:
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -1,4 +1,4 @@
-"""API keys on /v1/* (app/auth.py): 401 JSON without a right key, 200 with one, probes stay open.
+"""API keys on /v1/* (app/http/auth.py): 401 JSON without a right key, 200 with one, probes stay open.
 
 The HTTP tests deploy a second application of the real graph, under a route prefix,
 into the session's Ray, with a keys file written here.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.auth import KeyFileError, KeyRing, Unauthorized, add_key, digest, parse_key_file
+from app.http.auth import KeyFileError, KeyRing, Unauthorized, add_key, digest, parse_key_file
 from tests.conftest import TEST_LIMITS
 
 PREFIX = "/secured"
@@ -43,7 +43,7 @@ def test_keyring_names_the_key_and_refuses_others(tmp_path):
 def test_keyring_picks_up_a_rotated_file_and_keeps_keys_when_the_new_file_is_bad(tmp_path, monkeypatch):
     import os
 
-    import app.auth as auth
+    import app.http.auth as auth
 
     monkeypatch.setattr(auth, "RELOAD_CHECK_S", 0.0)
     path = tmp_path / "keys"
@@ -69,8 +69,8 @@ def secured(ray_session, service_url, tmp_path_factory):
     """A second application with `auth.api_keys_file` set; yields (base URL, a valid key)."""
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     keys = tmp_path_factory.mktemp("auth") / "api_keys"
     key = add_key(keys, "tests")

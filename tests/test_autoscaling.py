@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from app.autoscaling import ServiceRatePolicy, queue_policy
-from app.service_rate import ServiceRate
+from app.scaling.autoscaling import ServiceRatePolicy, queue_policy
+from app.pipeline.service_rate import ServiceRate
 
 CONFIG = AutoscalingConfig(min_replicas=1, max_replicas=16, target_ongoing_requests=8,
                            upscale_delay_s=5, downscale_delay_s=60)

@@ -22,7 +22,7 @@ from app.synthetic import render_text_page
 from app.testkit.processes import kill_group, kill_leftovers
 from app.testkit.waits import wait_for
 from app.tools.tiny_vlm import build_got_ocr2
-from app.weights import write_manifest
+from app.ops.weights import write_manifest
 from tests.conftest import free_port, png_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 
 from app.config import Limits
-from app.documents import iter_pages, load_pages, sniff_kind
-from app.page_selection import parse_page_spec
-from app.page_size import Target, as_rgb, fit_to_budget
+from app.sandbox.documents import iter_pages, load_pages, sniff_kind
+from app.pipeline.page_selection import parse_page_spec
+from app.pipeline.page_size import Target, as_rgb, fit_to_budget
 from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 from tests.conftest import pdf_bytes, png_bytes
 
@@ -219,7 +219,7 @@ def test_documents_import_no_ray():
     import subprocess
     import sys
 
-    probe = "import sys, app.documents, app.sandbox.worker; print('ray' in sys.modules)"
+    probe = "import sys, app.sandbox.documents, app.sandbox.worker; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 

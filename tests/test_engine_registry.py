@@ -55,7 +55,7 @@ def test_an_engine_of_ones_own_is_one_module_plus_its_settings():
 
 def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes(ray_session):
     """Eight pages at once reach the engine together, none waiting for a batch to form or end."""
-    from app.ocr_model import OCRModel
+    from app.pipeline.ocr_model import OCRModel
 
     model = OCRModel.func_or_class(Settings(**TOY, warmup=False))
 
@@ -71,8 +71,8 @@ def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes(ra
 
 
 def test_the_toy_engine_serves_through_the_whole_graph_over_http(service_url, client):
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     from ray import serve
 

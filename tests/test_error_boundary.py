@@ -1,4 +1,4 @@
-"""One error boundary (app/error_boundary.py): every route's refusals have the same four fields,
+"""One error boundary (app/http/error_boundary.py): every route's refusals have the same four fields,
 the request id among them, whatever answered them: a route, FastAPI's validation or routing."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from app.local_ray import descendants, end_leftovers, processes_of_this_instance
+from app.serve.local_ray import descendants, end_leftovers, processes_of_this_instance
 
 SLEEPER = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]
 QUIET = "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"

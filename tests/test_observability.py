@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from app import metrics
+from app.ops import metrics
 from app.synthetic import pdf_bytes, render_text_page
 from tests.conftest import free_port
 

@@ -20,7 +20,7 @@ def _session_ray(ray_session):
 
 
 def model(**engine_options):
-    from app.ocr_model import OCRModel
+    from app.pipeline.ocr_model import OCRModel
 
     return OCRModel.func_or_class(Settings(engine=ENGINE, engine_options=engine_options, warmup=False))
 

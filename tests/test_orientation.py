@@ -11,10 +11,10 @@ import pytest
 from PIL import Image
 
 from app.errors import BadRequest
-from app.layout import Box
+from app.pipeline.layout import Box
 from app.orientation.geometry import ANGLES, turn, turn_point, unturn_point
 from app.orientation.upright import Orienter, parse_mode
-from app.postprocess import uploaded_bbox
+from app.pipeline.postprocess import uploaded_bbox
 from app.schemas import PagePayload
 from tests.conftest import png_bytes, render_text_page
 

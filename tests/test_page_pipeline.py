@@ -1,4 +1,4 @@
-"""One page pipeline (app/page_pipeline.py) for requests and jobs: a page whose OCR replica dies
+"""One page pipeline (app/pipeline/page_pipeline.py) for requests and jobs: a page whose OCR replica dies
 mid-page is sent again under the one retry rule, and both a request and a job end correct."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ def dying(service_url, tmp_path_factory):
     """An application whose toy OCR replicas die on the page that finds `die` in their folder."""
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     folder = tmp_path_factory.mktemp("die")
     store = Path(tempfile.mkdtemp(prefix="ocr-dying-jobs-")) / "jobs.sqlite3"

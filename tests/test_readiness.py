@@ -1,4 +1,4 @@
-"""/readyz from a cache (app/readiness.py): ready only with every stage up, and cheap under probes."""
+"""/readyz from a cache (app/http/readiness.py): ready only with every stage up, and cheap under probes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 import concurrent.futures
 import time
 
-from app.readiness import ReadinessCache, missing_stages
-from app.telemetry import gpu_snapshot
+from app.http.readiness import ReadinessCache, missing_stages
+from app.ops.telemetry import gpu_snapshot
 
 
 def test_ready_only_when_every_stage_has_a_running_replica():

@@ -11,10 +11,10 @@ from ray.exceptions import RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.schema import ServeDeploySchema
 
-from app.builder import GPUCapacityError, check_gpu_capacity, wait_for_gpu_capacity
+from app.serve.builder import GPUCapacityError, check_gpu_capacity, wait_for_gpu_capacity
 from app.config import Settings
 from app.errors import BadRequest, PayloadTooLarge, ServiceUnavailable, to_error, unwrap
-from app.batching import batch_cost
+from app.pipeline.batching import batch_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ def test_settings_reject_unknown_keys_and_bad_values():
 
 
 def test_ocr_scaling_options_derive_target_from_batch_capacity():
-    from app.builder import ocr_scaling_options
+    from app.serve.builder import ocr_scaling_options
 
     fixed = ocr_scaling_options(Settings(ocr_replicas=3))
     assert fixed == {"num_replicas": 3, "max_ongoing_requests": 16}
@@ -78,11 +78,11 @@ def test_ocr_scaling_options_derive_target_from_batch_capacity():
     ))
     config = scaled["autoscaling_config"]
     assert (config["target_ongoing_requests"], scaled["max_ongoing_requests"]) == (8, 16)
-    assert config["policy"] == {"policy_function": "app.autoscaling:ServiceRatePolicy",
+    assert config["policy"] == {"policy_function": "app.scaling.autoscaling:ServiceRatePolicy",
                                 "policy_kwargs": {"target_queue_wait_s": 10.0}}
     assert "num_replicas" not in scaled
     capacity = ocr_scaling_options(Settings(ocr_autoscaling={"policy": "queue"}))  # the old name
-    assert capacity["autoscaling_config"]["policy"] == {"policy_function": "app.autoscaling:queue_policy"}
+    assert capacity["autoscaling_config"]["policy"] == {"policy_function": "app.scaling.autoscaling:queue_policy"}
     own = ocr_scaling_options(Settings(ocr_autoscaling={"policy": "serve_default"}))
     assert "policy" not in own["autoscaling_config"]
 
@@ -104,7 +104,7 @@ def test_serve_config_is_a_valid_deploy_schema_with_valid_args():
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     schema = ServeDeploySchema.model_validate(config)
     [app] = schema.applications
-    assert app.import_path == "app.builder:build_app"
+    assert app.import_path == "app.serve.builder:build_app"
     settings = Settings.model_validate(app.args)
     assert (settings.engine, settings.ocr_num_gpus) == ("vlm", 0.25)
     assert settings.model_dir.startswith("/models/")
@@ -134,7 +134,7 @@ def _run(coro):
 def test_a_page_is_sent_again_once_when_its_replica_died():
     from ray.exceptions import ActorDiedError
 
-    from app.retry import retry_page
+    from app.pipeline.retry import retry_page
 
     calls = []
 
@@ -151,7 +151,7 @@ def test_a_page_is_sent_again_once_when_its_replica_died():
 def test_a_second_loss_is_a_retryable_503_and_other_errors_are_not_retried():
     from ray.exceptions import ActorDiedError
 
-    from app.retry import retry_page
+    from app.pipeline.retry import retry_page
 
     calls = []
 
@@ -257,12 +257,12 @@ def test_the_client_says_the_service_is_unreachable_when_no_attempt_reached_it()
 
 
 def test_the_one_retry_rule_sends_a_page_again_after_any_retryable_error_and_never_after_others():
-    """Requests and jobs share it (app/page_pipeline.py): an overloaded stage is retried like a lost
+    """Requests and jobs share it (app/pipeline/page_pipeline.py): an overloaded stage is retried like a lost
     replica; an engine failure (500) and a bad page (4xx) are not."""
     from ray.serve.exceptions import BackPressureError
 
     from app.errors import EngineFailure
-    from app.retry import retry_page
+    from app.pipeline.retry import retry_page
 
     for retryable in (BackPressureError(num_queued_requests=1, max_queued_requests=1),
                       ServiceUnavailable("out of memory", code="gpu_out_of_memory")):

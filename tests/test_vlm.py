@@ -16,7 +16,7 @@ from app.engines import build_engine
 from app.engines.repetition import cut_loop, find_loop
 from app.synthetic import render_text_page
 from app.tools.tiny_vlm import build_got_ocr2, build_qwen2_5_vl
-from app.weights import WeightsError, verify, verify_once_per_node, write_manifest
+from app.ops.weights import WeightsError, verify, verify_once_per_node, write_manifest
 from tests.conftest import png_bytes
 
 MAX_NEW_TOKENS = 12
@@ -166,8 +166,8 @@ def test_incomplete_model_directory_names_what_is_missing(tiny_models, tmp_path)
 
 @pytest.fixture(scope="session")
 def vlm_url(service_url, tiny_models) -> str:
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     args = {
         "engine": "vlm", "model_dir": str(tiny_models["got_ocr2"]), "engine_threads": 1,
@@ -217,7 +217,7 @@ def test_replicas_starting_together_on_a_node_hash_the_weights_once(tiny_models,
 
     model = shutil.copytree(tiny_models["got_ocr2"], tmp_path / "model")
     markers = tmp_path / "markers"
-    probe = ("import sys; from app.weights import verify_once_per_node; "
+    probe = ("import sys; from app.ops.weights import verify_once_per_node; "
              f"print(verify_once_per_node(sys.argv[1], 'full', {str(markers)!r}))")
     starts = [subprocess.Popen([sys.executable, "-c", probe, str(model)], stdout=subprocess.PIPE, text=True)
               for _ in range(6)]

@@ -75,7 +75,7 @@ def tiny_got_engine(tmp_path_factory):
     from app.config import Settings
     from app.engines.vlm import VLMEngine
     from app.tools.tiny_vlm import build_got_ocr2
-    from app.weights import write_manifest
+    from app.ops.weights import write_manifest
 
     model_dir = build_got_ocr2(tmp_path_factory.mktemp("probe") / "tiny-got")
     write_manifest(model_dir)

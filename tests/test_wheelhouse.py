@@ -26,8 +26,8 @@ RUN_SERVICE = r"""
 import json, sys
 import httpx, ray
 from ray import serve
-from app.builder import build_app
-from app.deploy import deploy
+from app.serve.builder import build_app
+from app.serve.deploy import deploy
 from app.synthetic import png_bytes, render_text_page
 port = int(sys.argv[1])  # chosen by the test, outside the ephemeral range Ray's processes bind from
 ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)

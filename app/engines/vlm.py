@@ -29,7 +29,7 @@ from app.engines.warmup_probe import budget_page_size, largest_fitting_batch
 from app.errors import ServiceUnavailable
 from app.schemas import EngineResult
 from app.synthetic import render_text_page
-from app.weights import verify_once_per_node
+from app.ops.weights import verify_once_per_node
 
 logger = logging.getLogger("ray.serve")
 

@@ -22,8 +22,8 @@ from app.config import Settings
 from app.errors import BadRequest, Conflict, NotConfigured, NotFound, RequestTimeout, ServiceUnavailable
 from app.jobs.model import Job, result_body, result_markdown, status_body
 from app.jobs.store import JobStore, open_store
-from app.proxy_guard import safe_request_id
-from app.uploads import read_upload
+from app.http.proxy_guard import safe_request_id
+from app.http.uploads import read_upload
 
 logger = logging.getLogger("ray.serve")
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")

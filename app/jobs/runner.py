@@ -22,13 +22,13 @@ from typing import AsyncIterator, Optional
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app import metrics
+from app.ops import metrics
 from app.config import Settings
 from app.errors import to_error
 from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import open_store
-from app.page_pipeline import EngineIdentity, read_page
-from app.retry import backoff_s
+from app.pipeline.page_pipeline import EngineIdentity, read_page
+from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
 
 logger = logging.getLogger("ray.serve")
@@ -248,7 +248,7 @@ class JobRunner:
             slots.release()
 
     async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
-        """(result, None), or (None, the error) once the one retry rule (app/page_pipeline.py) gave up."""
+        """(result, None), or (None, the error) once the one retry rule (app/pipeline/page_pipeline.py) gave up."""
         try:
             return await read_page(self._ocr, self._post, payload, self._jobs.page_retries,
                                    on_retry=self._count_retry), None

@@ -7,7 +7,7 @@ a worker past a limit is killed and replaced, and the request gets a 422 naming 
 Each document holds one worker, so documents decode in parallel, one per process.
 
   protocol.py  the frames both sides speak: a JSON header and raw bytes, never pickle
-  worker.py    the child process: `python -m app.sandbox.worker`, pure decoding (app.documents)
+  worker.py    the child process: `python -m app.sandbox.worker`, pure decoding (app.sandbox.documents)
   pool.py      the parent side: `DecodeSandbox`, the pool a Preprocessor replica owns
 """
 

@@ -11,7 +11,7 @@ encoding here and no decoding in the OCR replica (load/cpu_cost.py measured the 
 Given PAGE_FD (the parent's SharedPageBuffer), the pixels are left there and the page frame
 names their length (`shared_bytes`) instead of carrying them.
 
-Everything it computes is pure `app.documents`; what runs here can only hurt this process.
+Everything it computes is pure `app.sandbox.documents`; what runs here can only hurt this process.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class Session:
         self._pages = None
 
     def open(self, header: dict, blob: bytes) -> dict:
-        from app.documents import iter_pages
-        from app.page_size import Target
+        from app.sandbox.documents import iter_pages
+        from app.pipeline.page_size import Target
 
         self.close()
         target = Target(self._budget["max_side"], self._budget["max_pixels"])
@@ -105,7 +105,7 @@ class Session:
         they are (PDFium rendered them at that size), any other image resized by Pillow."""
         import numpy as np
 
-        from app.page_size import Target, fit_to_budget
+        from app.pipeline.page_size import Target, fit_to_budget
 
         max_side, max_pixels = self._budget["max_side"], self._budget["max_pixels"]
         if isinstance(page.content, np.ndarray) and Target(max_side, max_pixels).scale(*page.size) >= 1.0:
@@ -115,7 +115,7 @@ class Session:
 
     def count(self, header: dict, blob: bytes) -> dict:
         """The page numbers a selection names, for a job; nothing is rendered."""
-        from app.documents import select_pages
+        from app.sandbox.documents import select_pages
 
         self.close()
         selected = select_pages(blob, header.get("content_type"), header.get("pages"), int(header["max_pages"]))

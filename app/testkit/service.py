@@ -15,8 +15,8 @@ def local_service(args: Optional[dict] = None, num_cpus: Optional[int] = None) -
     import ray
     from ray import serve
 
-    from app.builder import build_app
-    from app.deploy import deploy
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
 
     port = free_port()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)

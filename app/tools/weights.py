@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.weights import WeightsError, verify, write_manifest
+from app.ops.weights import WeightsError, verify, write_manifest
 
 
 def main(argv: list[str] | None = None) -> int:

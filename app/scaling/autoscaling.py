@@ -5,7 +5,7 @@ in the replicas (one OCR request is one page). They differ in how many pages one
 hold before another is asked for:
 - `ServiceRatePolicy` (policy: service_rate, the default): as many as it clears within
   `target_queue_wait_s`, from the seconds per page the replicas measure of themselves
-  (app/service_rate.py, reported as `seconds_per_page`). A slow engine (PP-OCR on a CPU,
+  (app/pipeline/service_rate.py, reported as `seconds_per_page`). A slow engine (PP-OCR on a CPU,
   seconds a page) gets replicas after a few pages; a fast one (a GPU batch) only when it
   would really fall behind. Until a replica has measured itself it falls back on:
 - `queue_policy` (policy: queue_capacity): one replica's batch capacity, what the replicas
@@ -30,7 +30,7 @@ import math
 import statistics
 from typing import Any, Optional
 
-from app.service_rate import METRIC as SECONDS_PER_PAGE_METRIC
+from app.pipeline.service_rate import METRIC as SECONDS_PER_PAGE_METRIC
 
 logger = logging.getLogger("ray.serve")
 

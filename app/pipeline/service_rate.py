@@ -1,6 +1,6 @@
 """How fast an OCR replica clears pages: seconds of busy time per page, a moving average.
 
-The autoscaling policy (app/autoscaling.py) sizes the fleet from it, so the figure must be the
+The autoscaling policy (app/scaling/autoscaling.py) sizes the fleet from it, so the figure must be the
 replica's real throughput, whatever its engine and its batching:
 - busy time, not the sum of batch durations: with max_concurrent_batches > 1 batches overlap,
   and each wall-clock second counts once;

@@ -18,16 +18,16 @@ from typing import Optional
 import ray
 from ray import serve
 
-from app import metrics
-from app.batching import Queued, batch_cost, record_batch_metrics
+from app.ops import metrics
+from app.pipeline.batching import Queued, batch_cost, record_batch_metrics
 from app.config import BatchConfig, Settings
-from app.page_size import as_rgb
+from app.pipeline.page_size import as_rgb
 from app.engines import build_engine, schedules_own_batches
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
-from app.service_rate import METRIC as SECONDS_PER_PAGE
-from app.service_rate import ServiceRate
-from app.telemetry import assigned_gpu_id, gpu_snapshot
+from app.pipeline.service_rate import METRIC as SECONDS_PER_PAGE
+from app.pipeline.service_rate import ServiceRate
+from app.ops.telemetry import assigned_gpu_id, gpu_snapshot
 
 logger = logging.getLogger("ray.serve")
 
@@ -290,7 +290,7 @@ class OCRModel:
         return list(self._kept)
 
     def record_autoscaling_stats(self) -> dict:
-        """For app/autoscaling.py: pages this replica takes at once, as clamped to its device, and
+        """For app/scaling/autoscaling.py: pages this replica takes at once, as clamped to its device, and
         once it has run a batch, its measured seconds per page."""
         stats = {"batch_capacity": float(self._config.max_batch_size * self._config.max_concurrent_batches)}
         seconds_per_page = self._rate.seconds_per_page

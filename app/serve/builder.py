@@ -1,4 +1,4 @@
-"""The application builder: `import_path: app.builder:build_app` in serve_config.yaml.
+"""The application builder: `import_path: app.serve.builder:build_app` in serve_config.yaml.
 
 It validates the args into `Settings`, refuses a GPU request the cluster cannot
 meet (rather than leaving replicas in DEPLOYING forever), and wires the graph.
@@ -14,11 +14,11 @@ import ray
 from ray.serve import Application
 
 from app.config import Settings
-from app.ingress import Ingress
+from app.http.ingress import Ingress
 from app.jobs.runner import JobRunner
-from app.ocr_model import OCRModel
-from app.postprocess import Postprocessor
-from app.preprocess import Preprocessor
+from app.pipeline.ocr_model import OCRModel
+from app.pipeline.postprocess import Postprocessor
+from app.pipeline.preprocess import Preprocessor
 
 
 logger = logging.getLogger("ray.serve")
@@ -82,10 +82,10 @@ def ocr_scaling_options(settings: Settings) -> dict:
         "look_back_period_s": scaling.look_back_period_s,
     }
     if scaling.policy == "service_rate":
-        config["policy"] = {"policy_function": "app.autoscaling:ServiceRatePolicy",
+        config["policy"] = {"policy_function": "app.scaling.autoscaling:ServiceRatePolicy",
                             "policy_kwargs": {"target_queue_wait_s": scaling.target_queue_wait_s}}
     elif scaling.policy == "queue_capacity":
-        config["policy"] = {"policy_function": "app.autoscaling:queue_policy"}
+        config["policy"] = {"policy_function": "app.scaling.autoscaling:queue_policy"}
     return options | {"autoscaling_config": config}
 
 

@@ -16,8 +16,8 @@ import time
 import uuid
 from typing import Optional
 
-from app import metrics
-from app.proxy_guard import safe_request_id
+from app.ops import metrics
+from app.http.proxy_guard import safe_request_id
 
 logger = logging.getLogger("ray.serve")
 CLIENT_CLOSED = 499  # nginx's code for a client that left before the answer

@@ -3,7 +3,7 @@
 Per page: preprocessor (streamed) -> OCRModel.infer -> Postprocessor.process. The OCR
 response is handed to the postprocessor unawaited, so a page's image never comes
 back through the ingress. Every failure leaves through the one error boundary
-(app/error_boundary.py) as `{"error": {"code", "message", "retryable", "request_id"}}`.
+(app/http/error_boundary.py) as `{"error": {"code", "message", "retryable", "request_id"}}`.
 """
 
 import asyncio
@@ -17,16 +17,16 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app import __version__
-from app.auth import APIKeyMiddleware, KeyRing
+from app.http.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
-from app import error_boundary
+from app.http import error_boundary
 from app.errors import RequestTimeout, ServiceUnavailable
 from app.jobs.routes import JobRoutes
-from app import metrics
-from app.readiness import ReadinessCache, missing_stages, running_replicas
-from app.request_log import RequestLog, log_fields, stage_totals
-from app.page_pipeline import EngineIdentity, read_page
-from app.uploads import read_upload
+from app.ops import metrics
+from app.http.readiness import ReadinessCache, missing_stages, running_replicas
+from app.http.request_log import RequestLog, log_fields, stage_totals
+from app.pipeline.page_pipeline import EngineIdentity, read_page
+from app.http.uploads import read_upload
 
 logger = logging.getLogger("ray.serve")
 
@@ -147,7 +147,7 @@ class Ingress:
                 task.cancel()
 
     async def _page_result(self, page) -> dict:
-        """OCR then postprocess one page, under the one retry rule (app/page_pipeline.py)."""
+        """OCR then postprocess one page, under the one retry rule (app/pipeline/page_pipeline.py)."""
         return await read_page(self._ocr, self._post, page, self._settings.page_retries)
 
     # -- async jobs (app/jobs/routes.py): the store holds everything, so any replica answers --

@@ -114,7 +114,7 @@ def invalid_reason(notes: list, finish_reason: str) -> Optional[str]:
 
 
 def gpu_gauges(snapshot: Optional[dict]) -> None:
-    """This replica's GPU, from app.telemetry.gpu_snapshot (None without NVML: nothing is set)."""
+    """This replica's GPU, from app.ops.telemetry.gpu_snapshot (None without NVML: nothing is set)."""
     if not snapshot:
         return
     set_gauge("ocr_gpu_memory_used_bytes", snapshot["memory_used_mib"] * 2**20)

@@ -8,7 +8,7 @@ import math
 import time
 from typing import Optional
 
-from app import metrics
+from app.ops import metrics
 from app.schemas import PagePayload
 
 

@@ -5,7 +5,7 @@ copied with the config. A presented key is hashed and compared with every digest
 constant time (`hmac.compare_digest`), so neither the match nor its position leaks
 through timing. Logs carry the key's name only.
 
-    python -m app.auth add KEYS_FILE NAME     # prints a new key once, appends its digest
+    python -m app.http.auth add KEYS_FILE NAME     # prints a new key once, appends its digest
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class APIKeyMiddleware:
         try:
             name = keyring.name_of(headers.get("authorization"))
         except Unauthorized as error:
-            from app.error_boundary import error_response, request_id_for
+            from app.http.error_boundary import error_response, request_id_for
 
             logger.info("refused %s %s: 401 unauthorized", scope.get("method"), scope["path"])
             response = error_response(error, request_id_for(scope), headers={"WWW-Authenticate": 'Bearer realm="ocr"'})

@@ -1,5 +1,5 @@
 """One page through the stages after the Preprocessor, for synchronous requests and jobs alike:
-OCR, then postprocess, under the one retry rule (app/retry.py).
+OCR, then postprocess, under the one retry rule (app/pipeline/retry.py).
 
 The OCR response goes to the Postprocessor unawaited (a DeploymentResponse), so the page's
 image never comes back through the caller. A cancelled page (another page failed for good,
@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from ray.serve.handle import DeploymentHandle
 
-from app.retry import retry_page
+from app.pipeline.retry import retry_page
 from app.schemas import PagePayload
 
 

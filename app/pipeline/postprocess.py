@@ -7,8 +7,8 @@ import time
 
 from ray import serve
 
-from app import metrics
-from app.layout import Box, box_from_quad, page_markdown, page_text, paragraphs, reading_order
+from app.ops import metrics
+from app.pipeline.layout import Box, box_from_quad, page_markdown, page_text, paragraphs, reading_order
 from app.orientation.geometry import unturn_point
 from app.schemas import PageOCR, PagePayload
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ray import serve
 
-from app import metrics
+from app.ops import metrics
 from app.config import Settings
 from app.engines import input_budget
 from app.orientation.upright import LEFT_AS_UPLOADED, Orientation, Orienter

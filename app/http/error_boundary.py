@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import (BadRequest, MethodNotAllowed, NotFound, OCRServiceError, PayloadTooLarge, to_error)
-from app.request_log import log_fields, request_id_of
+from app.http.request_log import log_fields, request_id_of
 
 # Starlette's own refusals, before any route of ours runs, in the taxonomy's words.
 _HTTP_ERRORS = {404: (NotFound, "No such route."), 405: (MethodNotAllowed, "This route does not take that method."),
@@ -42,7 +42,7 @@ def failed(request: Request, exc: BaseException) -> JSONResponse:
     """A route's failure: mapped to the taxonomy, noted in the request's one log line, answered."""
     request_id = request_id_for(request.scope)
     error = to_error(exc, request_id)
-    log_fields(request)["error"] = error.code  # into the request's one log line (app/request_log.py)
+    log_fields(request)["error"] = error.code  # into the request's one log line (app/http/request_log.py)
     return error_response(error, request_id)
 
 

@@ -4,7 +4,7 @@ Serve 2.60's proxy decodes `X-Request-ID` (and its routing headers) as UTF-8 bef
 application code runs; one byte 0xff there answers a plain-text 500, and any other value
 goes verbatim into every log line. This middleware drops such a header, so the proxy makes
 up a request id of its own. It is installed through Serve's hook
-`RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.proxy_guard:middlewares`, which must be in
+`RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.http.proxy_guard:middlewares`, which must be in
 the environment of the process that starts each Ray node (`python -m app`, cluster/ scripts,
 the image); `PROXY_GUARD_ENV` is that pair.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-PROXY_GUARD_ENV = ("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.proxy_guard:middlewares")
+PROXY_GUARD_ENV = ("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "app.http.proxy_guard:middlewares")
 _REQUEST_ID = b"x-request-id"
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 # Headers whose values the proxy decodes as UTF-8 (routing: multiplexed model, session).

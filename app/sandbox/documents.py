@@ -2,8 +2,8 @@
 
 Every way an upload can be wrong ends here as a typed 4xx error: empty, of an
 unsupported type, undecodable, too many pixels, too many pages, an encrypted or
-broken PDF, or a page selection that does not exist (app/page_selection.py).
-The engine's size for a page is app/page_size.py's.
+broken PDF, or a page selection that does not exist (app/pipeline/page_selection.py).
+The engine's size for a page is app/pipeline/page_size.py's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from PIL import ExifTags, Image, ImageOps
 
 from app.config import Limits
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
-from app.page_selection import parse_page_spec
-from app.page_size import Target
+from app.pipeline.page_selection import parse_page_spec
+from app.pipeline.page_size import Target
 
 # PDFium is not thread-safe, and the preprocessor decodes in worker threads.
 _PDFIUM_LOCK = threading.Lock()

@@ -1,0 +1,1 @@
+"""Operations: Prometheus metrics, GPU telemetry, weights manifests."""

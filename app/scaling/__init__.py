@@ -1,0 +1,1 @@
+"""Autoscaling policies of the OCR deployment (pure)."""

@@ -1,0 +1,1 @@
+"""Assembling and deploying the Serve application, and the local Ray instance of `python -m app`."""
