@@ -22,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "load" / "results"
+# An ESTIMATE until load/results/gpu_bench.json exists: the pages/s one GPU OCR replica is assumed to
+# read, from which serve_config.yaml's ceilings are sized (960 replicas x 2 = about 2000 pages/s).
+ASSUMED_GPU_PAGES_PER_REPLICA = 2.0
 
 
 def figures() -> dict:
