@@ -37,6 +37,7 @@ import yaml  # noqa: E402
 from app.testkit.documents import numbered_pdf  # noqa: E402
 from load.jobs_check import compare, follow, submit  # noqa: E402
 from app.testkit.redis_server import redis_server  # noqa: E402
+from app.testkit.waits import wait_for  # noqa: E402
 
 BIN = Path(sys.executable).parent
 LEASE_S = 3
@@ -70,15 +71,10 @@ def serve_cli(*args: str, timeout: float = 300) -> None:
 
 
 def wait_ready(url: str, timeout_s: float = 300) -> float:
+    """Seconds until /readyz answers 200 (app/testkit's wait, shared with the tests)."""
     started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                return time.monotonic() - started
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"{url} not ready in {timeout_s} s")
+    wait_for(lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200, timeout_s, f"{url} /readyz")
+    return time.monotonic() - started
 
 
 def wait_done(http: httpx.Client, job_id: str, at_least: int, timeout_s: float = 180) -> dict:

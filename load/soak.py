@@ -35,6 +35,7 @@ os.environ.setdefault(*PROXY_GUARD_ENV)
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
+from app.testkit.waits import wait_for  # noqa: E402
 from load import soak_scenarios as soak  # noqa: E402
 from load.common import commit, free_port  # noqa: E402
 from load.hostile import apng_frame_bomb, damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf  # noqa: E402
@@ -78,18 +79,6 @@ def apply_config(config: dict) -> None:
     _get_global_client().deploy_apps(ServeDeploySchema.model_validate(config))
 
 
-def wait_for(check, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{what} not reached in {timeout_s}s")
-
-
 def updates(url: str, config: dict) -> list:
     live = copy.deepcopy(config)
     next(d for d in live["applications"][0]["deployments"] if d["name"] == "OCRModel")["user_config"][
@@ -105,13 +94,14 @@ def updates(url: str, config: dict) -> list:
 
     def apply_live() -> None:
         apply_config(live)
-        wait_for(lambda: info()["engine"]["batching"]["batch_wait_timeout_s"] == 0.02 and running(), 120, "live knob")
+        wait_for(lambda: info()["engine"]["batching"]["batch_wait_timeout_s"] == 0.02 and running(), 120, "live knob",
+                 not_up_yet=(Exception,), poll_s=0.5)  # mid-update, Serve's and Ray's APIs fail in many ways
 
     def apply_restart() -> None:
         old = set(soak.serve_actors())
         apply_config(restart)
         wait_for(lambda: info()["settings"]["readiness_timeout_s"] == 2.5 and running()
-                 and not old & set(soak.serve_actors()), 300, "restart")
+                 and not old & set(soak.serve_actors()), 300, "restart", not_up_yet=(Exception,), poll_s=0.5)
 
     return [("user_config: batch_wait_timeout_s 0.05 -> 0.02", apply_live),
             ("args: readiness_timeout_s 2.0 -> 2.5 (restarts every replica)", apply_restart)]
