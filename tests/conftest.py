@@ -95,22 +95,3 @@ def invoice_png() -> bytes:
 def three_page_pdf() -> bytes:
     pages = [render_text_page([f"Page {word} of three", f"Section {word.upper()}"]) for word in ("one", "two", "three")]
     return pdf_bytes(pages)
-
-
-@pytest.fixture(scope="session")
-def toy_app(service_url, tmp_path_factory):
-    """A second application on the toy engine (tests/toy_engine.py), an engine of one's own added by
-    config alone; its OCR replicas die on the page that finds the file `die`. Yields (URL, that file)."""
-    from ray import serve
-
-    from app.serve.builder import build_app
-    from app.serve.deploy import deploy
-
-    die = tmp_path_factory.mktemp("toy") / "die"
-    store = tempfile.mkdtemp(prefix="ocr-toy-jobs-")
-    args = {"engine": "tests.toy_engine:ToyEngine", "engine_threads": 1, "ocr_replicas": 2, "ocr_num_cpus": 0.2,
-            "engine_options": {"label": "toy-7", "delay_s": 0.05, "max_side": 500, "die_when": str(die)},
-            "jobs": {"store": f"sqlite:///{store}/jobs.sqlite3", "lease_s": 3}}
-    deploy(build_app(args), name="toy", route_prefix="/toy", timeout_s=240)
-    yield f"{service_url}/toy", die
-    serve.delete("toy")  # its replicas' memory back to the session's other applications

@@ -70,10 +70,19 @@ def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes(ra
     assert {r.batch_size for r in results} == {1}
 
 
-def test_the_toy_engine_serves_through_the_whole_graph_over_http(toy_app, client):
-    url, _ = toy_app
+def test_the_toy_engine_serves_through_the_whole_graph_over_http(service_url, client):
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
+
+    from ray import serve
+
+    deploy(build_app({**TOY, "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.2}), name="toy",
+           route_prefix="/toy", timeout_s=240)
     image = render_text_page(["A toy page"], width=900)  # wider than the toy's budget: sized down to 500
-    response = client.post(f"{url}/v1/ocr", files={"file": ("p.png", png_bytes(image), "image/png")})
+    try:
+        response = client.post(f"{service_url}/toy/v1/ocr", files={"file": ("p.png", png_bytes(image), "image/png")})
+    finally:
+        serve.delete("toy")  # its replicas' memory back to the session's other applications
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["engine"]["name"] == "toy" and body["engine"]["version"] == "toy-7"
