@@ -56,8 +56,9 @@ def serve_actors() -> dict[str, dict]:
     for actor in _actor_table():
         name = actor.get("ActorClassName") or ""
         if actor.get("State") == "ALIVE" and name.startswith("ServeReplica:"):
-            actors[actor["ActorID"]] = {"deployment": name.rsplit(":", 1)[-1], "pid": actor["Pid"],
-                                        "restarts": actor.get("NumRestarts", 0)}
+            parts = name.split(":")  # ServeReplica:<application>:<deployment>
+            actors[actor["ActorID"]] = {"deployment": parts[-1], "app": parts[1] if len(parts) > 2 else None,
+                                        "pid": actor["Pid"], "restarts": actor.get("NumRestarts", 0)}
     return actors
 
 
@@ -281,7 +282,8 @@ def kill_ocr_replica(url: str, clients: int = 4, before_s: float = 5, after_s: f
     expected = running_replicas().get("OCRModel", 0)
     with ClientLoad(url, clients) as load:
         time.sleep(before_s)
-        victim = next(a for a in serve_actors().values() if a["deployment"] == "OCRModel")
+        # One of this application's replicas: another application's OCRModel may share the cluster.
+        victim = next(a for a in serve_actors().values() if a["deployment"] == "OCRModel" and a["app"] in ("ocr", None))
         killed_at = time.monotonic()
         os.kill(victim["pid"], signal.SIGKILL)
         back_s = None
