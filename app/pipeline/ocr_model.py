@@ -27,40 +27,10 @@ from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
 from app.pipeline.service_rate import METRIC as SECONDS_PER_PAGE
 from app.pipeline.service_rate import ServiceRate
+from app.ops.replica import release_freed_memory, replica_share
 from app.ops.telemetry import assigned_gpu_id, gpu_snapshot
 
 logger = logging.getLogger("ray.serve")
-
-
-def replica_share(resource: str, default: float) -> float:
-    """This replica's reserved amount of a resource ("CPU", "GPU"), as Ray assigned it."""
-    try:
-        return float(ray.get_runtime_context().get_assigned_resources().get(resource, default))
-    except Exception:  # outside a Ray worker
-        return default
-
-
-def _libc_malloc_trim():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-_MALLOC_TRIM = _libc_malloc_trim()
-
-
-def release_freed_memory() -> None:
-    """Give freed heap back to the OS after a batch (glibc only; elsewhere a no-op).
-
-    Pages of many sizes leave glibc's heap holding the high-water mark of the largest
-    batch seen so far: RSS grew 13-18% from request 500 to 3,000 in the soak, with no
-    live objects behind it. A trim costs about a millisecond against a batch's seconds.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 # graceful_shutdown_timeout_s: a replica told to stop finishes the batches it holds; a VLM batch at
@@ -156,14 +126,8 @@ class OCRModel:
     async def _infer_as_it_comes(self, page: PagePayload) -> PageOCR:
         """One page straight to an engine that batches by itself; errors as `_infer_batch` gives them."""
         start = time.perf_counter()
-        try:
-            image = as_rgb(page.image)
-        except Exception:
-            logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
-            raise UnprocessableDocument(f"page {page.page_number}: undecodable payload")
+        image = self._engine_input(page)
         decode_ms = (time.perf_counter() - start) * 1000
-        if self._kept.maxlen:
-            self._kept.append((page.request_id, page.page_number, image))
         self._rate.batch_started()
         done = 0
         try:
@@ -175,11 +139,21 @@ class OCRModel:
         finally:
             self._rate.batch_finished(done)
         engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
-        outcome = PageOCR(page=dataclasses.replace(page, image=None), result=result, batch_size=1,
-                          batch_pixels=page.pixels, timings_ms={"queue_wait": 0.0, "ocr_decode": round(decode_ms, 1),
-                                                                "engine_batch": round(engine_ms, 1)})
+        outcome = _read(page, result, 1, page.pixels, 0.0, decode_ms, engine_ms)
         self._record([page], [outcome], engine_ms)
         return outcome
+
+    def _engine_input(self, page: PagePayload):
+        """The page as engines take it (kept when debug_keep_engine_inputs asks); a payload that is no
+        page fails alone, here, with its own 422, never inside the engine."""
+        try:
+            image = as_rgb(page.image)
+        except Exception:
+            logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
+            raise UnprocessableDocument(f"page {page.page_number}: undecodable payload") from None
+        if self._kept.maxlen:
+            self._kept.append((page.request_id, page.page_number, image))
+        return image
 
     def _queue_changed(self, pages: int) -> None:
         self._waiting += pages
@@ -210,28 +184,16 @@ class OCRModel:
         images, outcomes = [], [None] * len(pages)
         for i, page in enumerate(pages):
             try:
-                images.append((i, as_rgb(page.image)))
-            except Exception:
-                logger.exception("request %s page %s: undecodable payload", page.request_id, page.page_number)
-                outcomes[i] = UnprocessableDocument(f"page {page.page_number}: undecodable payload")
+                images.append((i, self._engine_input(page)))
+            except UnprocessableDocument as error:
+                outcomes[i] = error
         decode_ms = (time.perf_counter() - start) * 1000
-        if self._kept.maxlen:
-            self._kept.extend((pages[i].request_id, pages[i].page_number, image) for i, image in images)
         results = self._run_engine([img for _, img in images], [pages[i] for i, _ in images])
         engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
         batch_pixels = sum(page.pixels for page in pages)
         for (i, _), result in zip(images, results):
-            if isinstance(result, BaseException):
-                outcomes[i] = result
-                continue
-            outcomes[i] = PageOCR(
-                page=dataclasses.replace(pages[i], image=None),  # the image is not needed downstream
-                result=result,
-                batch_size=len(pages),
-                batch_pixels=batch_pixels,
-                timings_ms={"queue_wait": waits_ms[i], "ocr_decode": round(decode_ms, 1),
-                            "engine_batch": round(engine_ms, 1)},
-            )
+            outcomes[i] = result if isinstance(result, BaseException) else \
+                _read(pages[i], result, len(pages), batch_pixels, waits_ms[i], decode_ms, engine_ms)
         self._record(pages, outcomes, engine_ms)
         release_freed_memory()
         return outcomes
@@ -303,3 +265,11 @@ class OCRModel:
         self._engine.check_health()
         if self._gpu_id is not None:  # every health check (3 s): the GPU gauges stay fresh when idle
             metrics.gpu_gauges(gpu_snapshot(self._gpu_id))
+
+
+def _read(page: PagePayload, result, batch_size: int, batch_pixels: int, wait_ms: float, decode_ms: float,
+          engine_ms: float) -> PageOCR:
+    """What the OCR replica hands on for a page it read; the image is not needed downstream."""
+    return PageOCR(page=dataclasses.replace(page, image=None), result=result, batch_size=batch_size,
+                   batch_pixels=batch_pixels, timings_ms={"queue_wait": wait_ms, "ocr_decode": round(decode_ms, 1),
+                                                          "engine_batch": round(engine_ms, 1)})
