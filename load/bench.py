@@ -19,17 +19,16 @@ time divided by the pages in it (`engine_batch` is the whole batch's).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from load.clients import Upload, closed_loop  # noqa: E402
 from load.common import (  # noqa: E402
     DEFAULT_MANIFEST,
     BareEngine,
@@ -78,27 +77,16 @@ class Service:
         return [page for _ in range(self.concurrency) for page in pages] if self.concurrency > 1 else list(pages)
 
     def run(self, pages) -> dict:
-        jobs, timings, failed = self.jobs(pages), [], 0
-
-        def send(client, job):
-            sample, data = job
-            response = client.post("/v1/ocr", files={"file": (sample.path.name, data, sample.content_type)})
-            return response.status_code, response.json() if response.status_code == 200 else None
-
-        limits = httpx.Limits(max_connections=self.concurrency)
-        with httpx.Client(base_url=self.url, timeout=600, limits=limits) as client:
-            started = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-                for status, body in pool.map(lambda job: send(client, job), jobs):
-                    if status != 200:
-                        failed += 1
-                        continue
-                    for page in body["pages"]:
-                        stage = dict(page["timings_ms"])
-                        stage["engine_per_page"] = stage.get("engine_batch", 0.0) / max(1, page["batch"]["size"])
-                        timings.append(stage | {"batch": page["batch"]["size"]})
-            seconds = time.perf_counter() - started
-        return {"pages": len(jobs), "seconds": seconds, "failed": failed, "timings": timings}
+        jobs = self.jobs(pages)
+        uploads = [Upload(data, sample.content_type, sample.path.name) for sample, data in jobs]
+        answers, seconds = closed_loop(self.url, uploads, self.concurrency)
+        timings = []
+        for answer in answers:
+            for page in answer.body["pages"] if answer.ok else []:
+                stage = dict(page["timings_ms"])
+                stage["engine_per_page"] = stage.get("engine_batch", 0.0) / max(1, page["batch"]["size"])
+                timings.append(stage | {"batch": page["batch"]["size"]})
+        return {"pages": len(jobs), "seconds": seconds, "failed": sum(not a.ok for a in answers), "timings": timings}
 
 
 def measure(options, url: str) -> dict:

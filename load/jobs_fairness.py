@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from load.clients import Upload, post  # noqa: E402
 from load.common import add_report_options, commit, local_service, measure_or_render, percentile  # noqa: E402
 
 import httpx  # noqa: E402
@@ -55,16 +56,12 @@ def flood(url: str, page: bytes, rate: float, seconds: float) -> dict:
     latencies, statuses, lock = [], {}, threading.Lock()
 
     def one():
-        started = time.perf_counter()
-        try:
-            response = httpx.post(f"{url}/v1/ocr", files={"file": ("p.png", page, "image/png")}, timeout=120)
-            status = response.status_code
-        except httpx.HTTPError:
-            status = "error"
+        with httpx.Client(base_url=url, timeout=120) as client:
+            answer = post(client, Upload(page, "image/png", "p.png"))
         with lock:
-            statuses[status] = statuses.get(status, 0) + 1
-            if status == 200:
-                latencies.append((time.perf_counter() - started) * 1000)
+            statuses[answer.status] = statuses.get(answer.status, 0) + 1
+            if answer.ok:
+                latencies.append(answer.seconds * 1000)
 
     threads, start = [], time.monotonic()
     for i in range(int(rate * seconds)):

@@ -29,17 +29,16 @@ import statistics
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import json
 
-import httpx
 import numpy as np
 from PIL import Image, ImageOps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from load.accuracy import score  # noqa: E402
+from load.clients import Upload, closed_loop  # noqa: E402
 from load.common import (  # noqa: E402
     DEFAULT_MANIFEST,
     ROOT,
@@ -100,23 +99,18 @@ def requests_for(sample: Sample, side: int) -> dict:
 
 def read_all(url: str, samples: list[Sample], side: int) -> dict:
     """arm -> one entry per sample, in order: text, rotation, confidence, the stage's ms, or the error."""
-    jobs = [(index, arm, *request) for index, sample in enumerate(samples)
-            for arm, request in requests_for(sample, side).items()]
+    jobs = [(index, arm, Upload(data, content_type, params=params)) for index, sample in enumerate(samples)
+            for arm, (data, content_type, params) in requests_for(sample, side).items()]
     results: dict = {arm: [None] * len(samples) for arm in ARMS}
-
-    def post(job):
-        index, arm, data, content_type, params = job
-        response = client.post("/v1/ocr", params=params, files={"file": ("page", data, content_type)})
-        if response.status_code != 200:
-            return index, arm, {"status": response.status_code, "error": response.text[:300], "text": ""}
-        [page] = response.json()["pages"]
-        return index, arm, {"status": 200, "text": page["text"], "rotation": page["rotation"],
-                            "confidence": page["rotation_confidence"],
-                            "orientation_ms": page["timings_ms"].get("orientation")}
-
-    with httpx.Client(base_url=url, timeout=600) as client, ThreadPoolExecutor(2) as pool:
-        for index, arm, entry in pool.map(post, jobs):  # two at a time: the two OCR replicas
-            results[arm][index] = entry
+    answers, _ = closed_loop(url, [upload for _, _, upload in jobs], 2)  # two at a time: the two OCR replicas
+    for (index, arm, _), answer in zip(jobs, answers):
+        if not answer.ok:
+            results[arm][index] = {"status": answer.status, "error": answer.error, "text": ""}
+            continue
+        [page] = answer.body["pages"]
+        results[arm][index] = {"status": 200, "text": page["text"], "rotation": page["rotation"],
+                               "confidence": page["rotation_confidence"],
+                               "orientation_ms": page["timings_ms"].get("orientation")}
     return results
 
 

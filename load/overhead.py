@@ -22,20 +22,18 @@ replicas' gRPC message cap raised to 32 MiB, which raw pages need), and reports 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import os
 import subprocess
 import tempfile
 import statistics
 import sys
-import time
 from pathlib import Path
 
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from load.clients import Upload, closed_loop, closed_loop_for, tally  # noqa: E402
 from load.common import add_report_options, commit, local_service, machine, measure_or_render, percentile, summary  # noqa: E402
 
 THROUGHPUT_OPTIMIZED_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
@@ -81,42 +79,16 @@ def page() -> bytes:
     return png_bytes(render_text_page(["Overhead 0123456789"], width=400, font_size=24))
 
 
-def send(client: httpx.Client, path: str, body: bytes) -> tuple[int, float]:
-    started = time.perf_counter()
-    try:
-        code = client.post(path, content=body, headers={"content-type": "image/png"}).status_code
-    except httpx.HTTPError:
-        code = 0
-    return code, time.perf_counter() - started
-
-
 def latency(url: str, path: str, body: bytes, requests: int) -> dict:
-    with httpx.Client(base_url=url, timeout=60) as client:
-        answers = [send(client, path, body) for _ in range(requests)]
-    return tally(answers) | {"seconds": [seconds for code, seconds in answers if code == 200]}
+    """Sequential requests: their outcome, and the seconds of each 200."""
+    answers, _ = closed_loop(url, [Upload(body, "image/png", multipart=False)] * requests, 1, path, timeout_s=60)
+    return tally(answers) | {"seconds": [answer.seconds for answer in answers if answer.ok]}
 
 
 def throughput(url: str, path: str, body: bytes, clients: int, seconds: float) -> dict:
-    deadline = time.perf_counter() + seconds
-
-    def client_loop(_: int) -> list:
-        answers = []
-        with httpx.Client(base_url=url, timeout=60) as client:
-            while time.perf_counter() < deadline:
-                answers.append(send(client, path, body))
-        return answers
-
-    started = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        answers = [answer for loop in pool.map(client_loop, range(clients)) for answer in loop]
-    elapsed = time.perf_counter() - started
+    answers, elapsed = closed_loop_for(url, Upload(body, "image/png", multipart=False), clients, seconds, path)
     counts = tally(answers)
     return counts | {"req_per_s": counts["ok"] / elapsed}
-
-
-def tally(answers: list) -> dict:
-    codes = [code for code, _ in answers]
-    return {"ok": codes.count(200), "503": codes.count(503), "failed": len(codes) - codes.count(200) - codes.count(503)}
 
 
 def measure(options) -> dict:

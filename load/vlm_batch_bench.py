@@ -14,17 +14,15 @@ counted beside the figures, never retried.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from load.clients import Upload, closed_loop  # noqa: E402
 from load.common import add_report_options, commit, local_service, machine, measure_or_render, percentile, spread_cell, summary  # noqa: E402
 
 BATCHES = (1, 8)
@@ -32,26 +30,17 @@ WARM = 4
 
 
 def measure_arm(url: str, image: bytes, requests: int, concurrency: int) -> dict:
-    def send(_):
-        started = time.perf_counter()
-        response = client.post("/v1/ocr", files={"file": ("p.png", image, "image/png")})
-        ok = response.status_code == 200
-        return time.perf_counter() - started, ok, response.json()["pages"][0]["batch"]["size"] if ok else 0
-
-    with httpx.Client(base_url=url, timeout=600) as client:
-        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(send, range(WARM)))  # the same warm-up for every arm
-            started = time.perf_counter()
-            results = list(pool.map(send, range(requests)))
-        seconds = time.perf_counter() - started
-    ok = [r for r in results if r[1]]
-    latencies = sorted(r[0] for r in ok)
+    upload = Upload(image, "image/png", "p.png")
+    closed_loop(url, [upload] * WARM, concurrency)  # the same warm-up for every arm
+    answers, seconds = closed_loop(url, [upload] * requests, concurrency)
+    ok = [answer for answer in answers if answer.ok]
+    latencies = sorted(answer.seconds for answer in ok)
     return {
         "pages_per_s": len(ok) / seconds,
         "p50_ms": statistics.median(latencies) * 1000 if ok else None,
         "p95_ms": percentile(latencies, 0.95) * 1000 if ok else None,
-        "mean_batch": statistics.mean(r[2] for r in ok) if ok else None,
-        "failed": len(results) - len(ok),
+        "mean_batch": statistics.mean(answer.body["pages"][0]["batch"]["size"] for answer in ok) if ok else None,
+        "failed": len(answers) - len(ok),
     }
 
 

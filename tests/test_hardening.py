@@ -77,7 +77,7 @@ def test_rss_of_every_replica_is_flat_over_a_run(service_url, count):
     assert report["load"]["failed"] == 0, report["load"]
     assert report["replicas_replaced"] == []
     for replica, figures in report["per_replica"].items():
-        assert figures["growth_pct"] is not None and figures["growth_pct"] < 10, (replica, figures)
+        assert figures["growth_pct"] is not None and figures["growth_pct"] < soak.RSS_GROWTH_LIMIT_PCT, (replica, figures)
 
 
 @pytest.mark.parametrize("request_id", [b"\xff\xfe", b"<script>alert(1)</script>", b"x" * 300])
