@@ -13,12 +13,11 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
-class Limits(BaseModel):
-    """What one request may ask of the service. Each breach is a 4xx naming the limit."""
+class DecodeLimits(BaseModel):
+    """What decoding one document may cost: the Preprocessor's half of `limits`. Each breach is a 4xx."""
 
     model_config = ConfigDict(extra="forbid")
 
-    max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0, description="Largest accepted request body.")
     max_pages: int = Field(50, gt=0, description="Most pages one document may expand to (after `pages`).")
     max_image_pixels: int = Field(
         60_000_000, gt=0, description="Decompression-bomb guard: largest decoded image, in pixels."
@@ -33,8 +32,38 @@ class Limits(BaseModel):
     page_render_timeout_s: float = Field(
         30.0, gt=0, description="Wall-clock limit to open, count or render one page in the sandbox; past it 422."
     )
+
+
+class Limits(DecodeLimits):
+    """What one request may ask of the service. Each breach is a 4xx naming the limit. The ingress
+    reads the upload limits; the decode limits are the Preprocessor's (`PreprocessConfig`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_upload_bytes: int = Field(50 * 1024 * 1024, gt=0, description="Largest accepted request body.")
     upload_read_timeout_s: float = Field(
         30.0, gt=0, description="The whole request body must arrive within this; past it 408."
+    )
+
+    def decode_limits(self) -> DecodeLimits:
+        return DecodeLimits.model_validate(self.model_dump(include=set(DecodeLimits.model_fields)))
+
+
+class PreprocessConfig(BaseModel):
+    """The Preprocessor deployment's `user_config`, applied live through `reconfigure()`: a change
+    reconfigures the Preprocessor replicas in place and touches no other stage. The builder starts
+    it from `limits`, `orientation` and `decode_workers` in args; serve_config.yaml sets it on the
+    Preprocessor deployment, where `serve deploy` changes it alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limits: DecodeLimits = Field(default_factory=DecodeLimits)
+    orientation: Literal["auto", "off"] = Field(
+        "auto", description="auto: find each page's rotation (0/90/180/270) and turn it upright before the engine; "
+        "off: pages go as uploaded. A request's `orientation` field overrides it (auto, off or an angle)."
+    )
+    decode_workers: int = Field(
+        2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
     )
 
 
@@ -234,13 +263,22 @@ class Settings(BaseModel):
     max_queued_pages: int = Field(
         256, ge=1, description="Pages each caller may queue for the OCR replicas; beyond: 503 with Retry-After."
     )
+    ingress_overflow_requests: int = Field(
+        32, ge=0, description="Requests an ingress replica takes in beyond max_inflight_requests, only to answer "
+        "them 503 JSON with Retry-After (its max_ongoing_requests is the sum); past that they queue at the proxy."
+    )
+    ingress_max_queued_requests: int = Field(
+        64, ge=1, description="Requests queued at the proxy for the ingress replicas; past it the proxy itself "
+        "answers 503 (plain text) instead of queueing more."
+    )
     limits: Limits = Field(default_factory=Limits)
     orientation: Literal["auto", "off"] = Field(
-        "auto", description="auto: find each page's rotation (0/90/180/270) and turn it upright before the engine; "
-        "off: pages go as uploaded. A request's `orientation` field overrides it (auto, off or an angle)."
+        "auto", description="The Preprocessor's initial `orientation` (PreprocessConfig): auto finds each page's "
+        "rotation and turns it upright; off leaves pages as uploaded."
     )
     decode_workers: int = Field(
-        2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
+        2, ge=1, le=64, description="The Preprocessor's initial `decode_workers` (PreprocessConfig): decoder "
+        "processes per replica."
     )
     page_retries: int = Field(
         1, ge=0, le=3, description="Retries of a request's page after a retryable error in OCR or postprocessing "
@@ -262,6 +300,11 @@ class Settings(BaseModel):
     readiness_timeout_s: float = Field(
         2.0, gt=0, description="How long /readyz waits on the OCR replicas before answering 503."
     )
+
+    def preprocess_config(self) -> PreprocessConfig:
+        """The Preprocessor's initial user_config, from args."""
+        return PreprocessConfig(limits=self.limits.decode_limits(), orientation=self.orientation,
+                                decode_workers=self.decode_workers)
 
     @field_validator("engine")
     @classmethod

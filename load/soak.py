@@ -134,7 +134,8 @@ def verdicts(results: dict, limits: dict) -> dict:
     rss = results.get("rss")
     if rss:
         growth = [r["growth_pct"] for r in rss["per_replica"].values()]
-        out["RSS growth < 5% for every replica"] = bool(growth) and all(g is not None and g < 5 for g in growth)
+        out[f"RSS growth < {soak.RSS_GROWTH_LIMIT_PCT}% for every replica"] = bool(growth) and all(
+            g is not None and g < soak.RSS_GROWTH_LIMIT_PCT for g in growth)
     return out
 
 
@@ -218,7 +219,8 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = soak_config(port)
-    limits = config["applications"][0]["args"]["limits"]
+    limits = next(d for d in config["applications"][0]["deployments"] if d["name"] == "Preprocessor")[
+        "user_config"]["limits"]
     started = time.monotonic()
     ray.init(address="local", num_cpus=6, include_dashboard=False, log_to_driver=False)
     results: dict = {}

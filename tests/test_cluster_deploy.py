@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from app.synthetic import render_text_page
+from app.testkit.documents import numbered_pdf
 from app.testkit.processes import kill_group, kill_leftovers
 from app.testkit.waits import wait_for
 from app.tools.tiny_vlm import build_got_ocr2
@@ -160,7 +161,14 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
     live_path = tmp_path / "live_knob.yaml"
     live_path.write_text(yaml.safe_dump(live))
 
-    restart = yaml.safe_load(live_path.read_text())
+    stage = yaml.safe_load(live_path.read_text())
+    pre = next(d for d in stage["applications"][0]["deployments"] if d["name"] == "Preprocessor")
+    assert pre["user_config"]["limits"]["max_pages"] == 50
+    pre["user_config"]["limits"]["max_pages"] = 1  # the Preprocessor's limits only
+    stage_path = tmp_path / "preprocessor_limits.yaml"
+    stage_path.write_text(yaml.safe_dump(stage))
+
+    restart = yaml.safe_load(stage_path.read_text())
     restart["applications"][0]["args"]["readiness_timeout_s"] = 2.5  # new init args: every replica restarts
     restart_path = tmp_path / "restart.yaml"
     restart_path.write_text(yaml.safe_dump(restart))
@@ -169,6 +177,8 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
         ("user_config: batch_wait_timeout_s 0.05 -> 0.02",
          lambda: deploy_and_wait(live_path, dashboard, port,
                                  lambda i: i["engine"]["batching"]["batch_wait_timeout_s"] == 0.02)),
+        ("Preprocessor user_config: limits.max_pages 50 -> 1",
+         lambda: deploy_and_wait(stage_path, dashboard, port, lambda i: i["preprocess"]["limits"]["max_pages"] == 1)),
         ("args: readiness_timeout_s 2.0 -> 2.5 (restarts every replica)",
          lambda: deploy_and_wait(restart_path, dashboard, port, lambda i: i["settings"]["readiness_timeout_s"] == 2.5,
                                  replaced=set(running_replica_ids(dashboard)))),
@@ -176,8 +186,12 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
     report = rolling_update(f"http://127.0.0.1:{port}", updates, clients=2,
                             replicas=lambda: running_replica_ids(dashboard), expect_text=None)
     print(report)
-    live_step, restart_step = report["updates"]
+    live_step, stage_step, restart_step = report["updates"]
     assert live_step["restarted"] == []  # a live knob reconfigures the replicas in place
+    assert stage_step["restarted"] == []  # the Preprocessor's limits: in place too, no other stage touched
+    two_pages = httpx.post(f"http://127.0.0.1:{port}/v1/ocr", timeout=60,
+                           files={"file": ("two.pdf", numbered_pdf(2), "application/pdf")})
+    assert two_pages.status_code == 413 and two_pages.json()["error"]["code"] == "too_many_pages", two_pages.text
     assert restart_step["restarted"] == ["Ingress", "OCRModel", "Postprocessor", "Preprocessor"]
     assert report["load"]["requests"] > 20
     assert report["load"]["failed"] == 0, report["load"]

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from app.config import Settings
+from app.config import Jobs, Settings
 from app.jobs.model import Job
 from app.jobs.sqlite_store import _SCHEMA
 from app.jobs.store import open_store
@@ -29,7 +29,7 @@ def store(request, tmp_path):
     else:
         url = request.getfixturevalue("redis_url")
         redis.Redis.from_url(url).flushdb()
-    store = open_store(Settings.model_validate({"jobs": {"store": url}}))
+    store = open_store(Jobs.model_validate({"store": url}))
     yield store
     store.close()
 
@@ -62,7 +62,7 @@ def test_a_sqlite_store_from_before_orientation_gains_the_column(tmp_path):
     old_schema = _SCHEMA.replace(", orientation TEXT", "")
     assert old_schema != _SCHEMA
     sqlite3.connect(path).executescript(old_schema)
-    store = open_store(Settings.model_validate({"jobs": {"store": f"sqlite:///{path}"}}))
+    store = open_store(Jobs.model_validate({"store": f"sqlite:///{path}"}))
     job, _ = store.create(dataclasses.replace(new_job(), orientation="off"), b"doc")
     assert store.get(job.id).orientation == "off"
     store.close()
@@ -154,7 +154,7 @@ def test_redis_without_aof_is_refused(tmp_path):
     with redis_server() as url:
         redis.Redis.from_url(url).config_set("appendonly", "no")
         with pytest.raises(RuntimeError, match="appendonly"):
-            open_store(Settings.model_validate({"jobs": {"store": url}}))
+            open_store(Jobs.model_validate({"store": url}))
 
 
 def test_redis_password_comes_from_a_file(tmp_path):
@@ -162,8 +162,8 @@ def test_redis_password_comes_from_a_file(tmp_path):
     secret.write_text("s3cret-value\n")
     with redis_server(password="s3cret-value") as url:
         with pytest.raises(redis.AuthenticationError):
-            open_store(Settings.model_validate({"jobs": {"store": url}}))
-        store = open_store(Settings.model_validate({"jobs": {"store": url, "redis_password_file": str(secret)}}))
+            open_store(Jobs.model_validate({"store": url}))
+        store = open_store(Jobs.model_validate({"store": url, "redis_password_file": str(secret)}))
         job, _ = store.create(new_job(), b"doc")
         assert store.get(job.id).id == job.id
 

@@ -12,7 +12,7 @@ from PIL import Image
 from app.config import Limits
 from app.errors import DocumentTooComplex, UnprocessableDocument
 from app.sandbox import DecodeSandbox
-from app.sandbox.pool import DecoderProcess
+from app.sandbox.process import DecoderProcess
 from load.hostile import damaged_tiffs, fan_out_forms_pdf, self_drawing_form_pdf
 from tests.conftest import pdf_bytes, render_text_page
 

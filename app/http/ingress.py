@@ -45,8 +45,7 @@ def _request_id(request: Request) -> str:
     return error_boundary.request_id_for(request.scope)
 
 
-# An ingress replica told to stop holds whole requests: give a long document time to finish.
-@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64, graceful_shutdown_timeout_s=120)
+@serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 @serve.ingress(api)
 class Ingress:
     def __init__(
@@ -59,7 +58,8 @@ class Ingress:
     ):
         self._settings = settings
         self._pre = preprocessor.options(stream=True)
-        self._jobs = JobRoutes(settings, preprocessor, job_runner)
+        self._pre_config = preprocessor
+        self._jobs = JobRoutes(settings.jobs, preprocessor, job_runner)
         self._ocr = ocr_model
         self._post = postprocessor
         self._engine = EngineIdentity(ocr_model)
@@ -205,12 +205,15 @@ class Ingress:
     @api.get("/v1/info")
     async def info(self) -> dict:
         try:
-            engine = await asyncio.wait_for(self._ocr.info.remote(), self._settings.readiness_timeout_s)
+            engine, preprocess = await asyncio.wait_for(
+                asyncio.gather(self._ocr.info.remote(), self._pre_config.config.remote()),
+                self._settings.readiness_timeout_s)
         except Exception as exc:
             raise ServiceUnavailable("The OCR replicas are not answering yet.", code="not_ready") from exc
         return {
             "service": {"version": __version__},
             "engine": engine,
+            "preprocess": preprocess,  # one Preprocessor replica's user_config in force
             "settings": self._settings.model_dump(),
         }
 

@@ -1,7 +1,7 @@
 """Async jobs for long documents: state that outlives replicas and restarts.
 
   model.py         a job's record, its public status body, and how a finished job is judged
-  store.py         the store interface every backend implements, and `open_store(settings)`
+  store.py         the store interface every backend implements, and `open_store(jobs)`
   sqlite_store.py  the single-node store (`jobs.store: sqlite:///PATH`)
   redis_store.py   the fleet's store (`jobs.store: redis://HOST:PORT/DB`, AOF on)
   runner.py        the JobRunner deployment: claims jobs under a lease, sends their pages through the graph

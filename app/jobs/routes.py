@@ -18,7 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from ray.serve.handle import DeploymentHandle
 
-from app.config import Settings
+from app.config import Jobs
 from app.errors import BadRequest, Conflict, NotConfigured, NotFound, RequestTimeout, ServiceUnavailable
 from app.jobs.model import Job, result_body, result_markdown, status_body
 from app.jobs.store import JobStore, open_store
@@ -31,14 +31,13 @@ MAX_WAIT_S = 60.0
 
 
 class JobRoutes:
-    def __init__(self, settings: Settings, preprocessor: DeploymentHandle, runner: Optional[DeploymentHandle],
+    def __init__(self, jobs: Jobs, preprocessor: DeploymentHandle, runner: Optional[DeploymentHandle],
                  base_path: str = "/v1/jobs"):
-        self._settings = settings
-        self._jobs = settings.jobs
+        self._jobs = jobs
         self._pre = preprocessor
         self._runner = runner
         self._base = base_path
-        self._store: Optional[JobStore] = open_store(settings) if settings.jobs.store else None
+        self._store: Optional[JobStore] = open_store(jobs) if jobs.store else None
 
     def _require_store(self) -> JobStore:
         if self._store is None:

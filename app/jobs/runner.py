@@ -23,7 +23,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.ops import metrics
-from app.config import Settings
+from app.config import Jobs
 from app.errors import to_error
 from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import open_store
@@ -52,16 +52,12 @@ def chunked(numbers: list[int], size: int) -> list[list[int]]:
     return [numbers[i:i + size] for i in range(0, len(numbers), size)]
 
 
-# num_cpus 0: the runner only waits, on the store and on deployments that reserve their own CPUs
-# (at 0.1 the default graph asked for 2.05, and `make run` on 2 cores never scheduled its Ingress).
-@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=16, health_check_period_s=5,
-                  graceful_shutdown_timeout_s=5)
+@serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class JobRunner:
-    def __init__(self, settings: Settings, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
+    def __init__(self, jobs: Jobs, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
                  postprocessor: DeploymentHandle):
-        self._settings = settings
-        self._jobs = settings.jobs
-        self._store = open_store(settings)
+        self._jobs = jobs
+        self._store = open_store(jobs)
         self._pre = preprocessor.options(stream=True)
         self._ocr = ocr_model
         self._post = postprocessor
@@ -166,7 +162,7 @@ class JobRunner:
         todo = [number for number in job.pages if number not in recorded]
         index_of = {number: index for index, number in enumerate(job.pages)}
         slots = asyncio.Semaphore(self._jobs.max_inflight_pages)
-        chunk = min(self._settings.limits.max_pages, max(8, 2 * self._jobs.max_inflight_pages))
+        chunk = max(8, 2 * self._jobs.max_inflight_pages)
         tasks: list[asyncio.Task] = []
         try:
             for numbers in chunked(todo, chunk):
@@ -205,7 +201,7 @@ class JobRunner:
         seen: set[int] = set()
         try:
             async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers),
-                                                         job.orientation):
+                                                         job.orientation, max_pages=len(numbers)):
                 seen.add(payload.page_number)
                 yield payload
             return

@@ -82,9 +82,9 @@ class JobStore(abc.ABC):
         pass
 
 
-def open_store(settings) -> JobStore:
-    """The store named by `jobs.store` (see app.config.Jobs)."""
-    url = settings.jobs.store
+def open_store(jobs) -> JobStore:
+    """The store named by `jobs.store` (app.config.Jobs)."""
+    url = jobs.store
     if not url:
         raise ValueError("jobs.store is not set")
     if url.startswith("sqlite:///"):
@@ -93,4 +93,4 @@ def open_store(settings) -> JobStore:
         return SQLiteJobStore(url[len("sqlite://"):])
     from app.jobs.redis_store import RedisJobStore
 
-    return RedisJobStore(url, password_file=settings.jobs.redis_password_file, require_aof=settings.jobs.require_aof)
+    return RedisJobStore(url, password_file=jobs.redis_password_file, require_aof=jobs.require_aof)

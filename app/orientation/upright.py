@@ -56,6 +56,12 @@ class Orienter:
         if default_mode == "auto":
             self._get_finder()
 
+    def set_default_mode(self, mode: str) -> None:
+        """The Preprocessor's reconfigure(): the mode for requests that name none."""
+        if mode == "auto":
+            self._get_finder()
+        self.default_mode = mode
+
     def _get_finder(self):
         with self._lock:
             if self._finder is None:

@@ -33,11 +33,7 @@ from app.ops.telemetry import assigned_gpu_id, gpu_snapshot
 logger = logging.getLogger("ray.serve")
 
 
-# graceful_shutdown_timeout_s: a replica told to stop finishes the batches it holds; a VLM batch at
-# max_new_tokens 2048 on a shared GPU can take minutes (serve_config.yaml). health_check_period_s: the
-# controller notices a killed replica at its next health check; at 10 s a replacement took up to 15 s.
-@serve.deployment(ray_actor_options={"num_cpus": 1.0}, max_ongoing_requests=32, health_check_period_s=3,
-                  graceful_shutdown_timeout_s=300)
+@serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class OCRModel:
     def __init__(self, settings: Settings):
         threads = settings.engine_threads or max(1, math.ceil(replica_share("CPU", 1.0)))

@@ -73,7 +73,7 @@ def clean_engine_markdown(markdown: str) -> str:
     return "\n".join(cleaned)
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
+@serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class Postprocessor:
     async def process(self, ocr: PageOCR) -> dict:
         result = await asyncio.to_thread(build_page_result, ocr)

@@ -16,10 +16,10 @@ import numpy as np
 from ray import serve
 
 from app.ops import metrics
-from app.config import Settings
-from app.engines import input_budget
+from app.config import PreprocessConfig
+from app.engines.base import InputBudget
 from app.orientation.upright import LEFT_AS_UPLOADED, Orientation, Orienter
-from app.sandbox import DecodeSandbox, RenderedPage
+from app.sandbox import DecodeSandbox, RenderedPage, SandboxRetired
 from app.schemas import PagePayload
 
 
@@ -48,25 +48,52 @@ def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index
     )
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.15}, max_ongoing_requests=16, graceful_shutdown_timeout_s=60)
+@serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class Preprocessor:
-    def __init__(self, settings: Settings):
-        budget = input_budget(settings)
-        self._sandbox = DecodeSandbox(settings.limits, budget.max_side, budget.max_pixels, settings.decode_workers)
-        self._orienter = Orienter(settings.orientation)
+    """Bound the engine's input budget only; its limits, orientation mode and decoder count are its
+    user_config (PreprocessConfig), so `serve deploy` can change them without touching other stages."""
+
+    def __init__(self, budget: InputBudget, config: Optional[dict] = None):
+        self._budget = budget
+        self._config: Optional[PreprocessConfig] = None
+        self._sandbox: Optional[DecodeSandbox] = None
+        self._orienter: Optional[Orienter] = None
+        self.reconfigure(config or {})
+
+    def reconfigure(self, user_config: dict) -> None:
+        config = PreprocessConfig.model_validate(user_config or {})
+        if self._config is None or (config.limits, config.decode_workers) != (
+                self._config.limits, self._config.decode_workers):
+            # Documents already decoding finish in the old sandbox; new ones go to the new one.
+            retired, self._sandbox = self._sandbox, DecodeSandbox(
+                config.limits, self._budget.max_side, self._budget.max_pixels, config.decode_workers)
+            if retired is not None:
+                retired.retire()
+        if self._orienter is None:
+            self._orienter = Orienter(config.orientation)
+        else:
+            self._orienter.set_default_mode(config.orientation)
+        self._config = config
 
     async def prepare(
         self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
-        orientation: Optional[str] = None,
+        orientation: Optional[str] = None, max_pages: Optional[int] = None,
     ) -> AsyncIterator[PagePayload]:
         """Yield one payload per page, in document order, each turned upright as `orientation` says
-        (None: the settings' mode). Bad input raises a 4xx error before any page."""
+        (None: the config's mode). Bad input raises a 4xx error before any page. `max_pages` replaces
+        limits.max_pages (a job's chunk: its pages were counted under jobs.max_pages)."""
         index = 0
-        async for page in self._sandbox.pages(data, content_type, pages, label=f"request {request_id}"):
-            record_stages(page)
-            image, turned = await self._upright(page.image, orientation)
-            yield to_payload(page, image, turned, index, request_id)
-            index += 1
+        while True:
+            try:
+                async for page in self._sandbox.pages(data, content_type, pages, label=f"request {request_id}",
+                                                      max_pages=max_pages):
+                    record_stages(page)
+                    image, turned = await self._upright(page.image, orientation)
+                    yield to_payload(page, image, turned, index, request_id)
+                    index += 1
+                return
+            except SandboxRetired:  # reconfigured before this document got a decoder: the new one takes it
+                continue
 
     async def _upright(self, image: np.ndarray, orientation: Optional[str]) -> tuple[np.ndarray, Orientation]:
         if self._orienter.is_off(orientation):  # no thread hop for nothing
@@ -80,10 +107,15 @@ class Preprocessor:
     async def select_pages(self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
                            max_pages: int) -> list[int]:
         """For a job: the page numbers it will process. Bad input raises the same 4xx errors as `prepare`."""
-        return await self._sandbox.count(data, content_type, pages, max_pages, label=f"job {request_id}")
+        while True:
+            try:
+                return await self._sandbox.count(data, content_type, pages, max_pages, label=f"job {request_id}")
+            except SandboxRetired:
+                continue
 
-    def sandbox_stats(self) -> dict:
-        return {**self._sandbox.stats, "idle_workers": self._sandbox.worker_pids()}
+    def config(self) -> dict:
+        """The user_config in force (tests and operators, through a handle)."""
+        return self._config.model_dump()
 
     def __del__(self):  # Serve calls this when the replica stops: no decoder outlives it
         sandbox = getattr(self, "_sandbox", None)

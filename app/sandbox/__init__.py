@@ -8,10 +8,12 @@ Each document holds one worker, so documents decode in parallel, one per process
 
   protocol.py  the frames both sides speak: a JSON header and raw bytes, never pickle
   worker.py    the child process: `python -m app.sandbox.worker`, pure decoding (app.sandbox.documents)
-  pool.py      the parent side: `DecodeSandbox`, the pool a Preprocessor replica owns
+  process.py   one decoder process seen from the parent: its pipes, frames under a deadline
+  pool.py      the parent side: `DecodeSandbox`, the pool a Preprocessor replica owns; reconfigure()
+               retires one and starts another, and the documents in flight finish in the old one
 """
 
-from app.sandbox.pool import DecodeSandbox
+from app.sandbox.pool import DecodeSandbox, SandboxRetired
 from app.sandbox.protocol import RenderedPage
 
-__all__ = ["DecodeSandbox", "RenderedPage"]
+__all__ = ["DecodeSandbox", "RenderedPage", "SandboxRetired"]

@@ -19,7 +19,7 @@ import numpy as np
 import pypdfium2 as pdfium
 from PIL import ExifTags, Image, ImageOps
 
-from app.config import Limits
+from app.config import DecodeLimits
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 from app.pipeline.page_selection import parse_page_spec
 from app.pipeline.page_size import Target
@@ -88,7 +88,7 @@ def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
     raise UnsupportedMediaType("The file is neither a supported image nor a PDF.")
 
 
-def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits,
+def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: DecodeLimits,
                target: Optional[Target] = None) -> Iterator[DecodedPage]:
     """Pages in document order, decoded one at a time; every check on the whole document runs first.
 
@@ -120,11 +120,11 @@ def select_pages(data: bytes, declared_type: Optional[str], pages: Optional[str]
     return [index + 1 for index in parse_page_spec(pages, count, max_pages)]
 
 
-def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: Limits) -> list[DecodedPage]:
+def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: DecodeLimits) -> list[DecodedPage]:
     return list(iter_pages(data, declared_type, pages, limits))
 
 
-def _decode_image(data: bytes, pages: Optional[str], limits: Limits, target: Optional[Target]) -> Iterator[DecodedPage]:
+def _decode_image(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[Target]) -> Iterator[DecodedPage]:
     with _pillow_errors_as_4xx():
         img = Image.open(io.BytesIO(data))
         frames = getattr(img, "n_frames", 1)  # multi-page TIFF: one page per frame (counting can fail too)
@@ -213,7 +213,7 @@ def _on_white(rgba: Image.Image) -> Image.Image:
     return Image.alpha_composite(background, rgba).convert("RGB")
 
 
-def _rasterise_pdf(data: bytes, pages: Optional[str], limits: Limits, target: Optional[Target]) -> Iterator[DecodedPage]:
+def _rasterise_pdf(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[Target]) -> Iterator[DecodedPage]:
     with _PDFIUM_LOCK:
         pdf = _open_pdf(data)
     try:
@@ -255,7 +255,7 @@ def _pdfium_errors_as_4xx(what: str):
         raise UnprocessableDocument(f"{what} ({type(exc).__name__})", code="corrupt_pdf") from None
 
 
-def _render_page(pdf: pdfium.PdfDocument, index: int, limits: Limits, target: Optional[Target]) -> DecodedPage:
+def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, target: Optional[Target]) -> DecodedPage:
     with _pdfium_errors_as_4xx(f"PDF page {index + 1} could not be rendered"):
         page = pdf[index]
         width_pt, height_pt = page.get_size()
@@ -288,7 +288,7 @@ def _render_scale(width_pt: float, height_pt: float, scale: float, target: Optio
     return scale
 
 
-def _page_dpi(width_pt: float, height_pt: float, limits: Limits) -> float:
+def _page_dpi(width_pt: float, height_pt: float, limits: DecodeLimits) -> float:
     """The configured dpi, lowered for oversized pages so a render never exceeds the pixel limit."""
     dpi = float(limits.pdf_dpi)
     pixels = (width_pt * dpi / 72.0) * (height_pt * dpi / 72.0)

@@ -11,16 +11,12 @@ import asyncio
 import itertools
 import json
 import logging
-import os
-import select
 import signal
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import AsyncIterator, Optional
 
-from app.config import Limits
+from app.config import DecodeLimits
 from app.errors import (
     BadRequest,
     DocumentTooComplex,
@@ -29,128 +25,32 @@ from app.errors import (
     UnprocessableDocument,
     UnsupportedMediaType,
 )
-from app.sandbox.protocol import (
-    PREFIX,
-    ProtocolError,
-    RenderedPage,
-    SharedPageBuffer,
-    decode_header,
-    encode_frame,
-    page_from_frame,
-    parse_header,
-)
+from app.sandbox.process import DecoderDied, DecoderProcess, DecoderTimeout
+from app.sandbox.protocol import ProtocolError, RenderedPage, page_from_frame
 
 logger = logging.getLogger("ray.serve")
 
 # The only error classes a worker may name; anything else reads as an undecodable document.
 _WORKER_ERRORS = {cls.__name__: cls for cls in
                   (BadRequest, PayloadTooLarge, UnsupportedMediaType, UnprocessableDocument, DocumentTooComplex)}
-WORKER_START_TIMEOUT_S = 60.0
-
-
-class DecoderTimeout(Exception):
-    pass
-
-
-class DecoderDied(Exception):
-    def __init__(self, returncode: Optional[int]):
-        super().__init__(f"decoder exited with {returncode}")
-        self.returncode = returncode
-
-
-class DecoderProcess:
-    """One worker process and its pipes. Not thread-safe: one exchange at a time."""
-
-    def __init__(self, command: list[str], max_blob_bytes: int = 1 << 30):
-        self.max_blob_bytes = max_blob_bytes  # a frame's blob is read into memory allocated up front
-        self.pages = SharedPageBuffer.create(max_blob_bytes)  # where the worker leaves page pixels
-        shared = [str(self.pages.fd)] if self.pages else []
-        self.proc = subprocess.Popen(
-            command + shared, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-            pass_fds=(self.pages.fd,) if self.pages else (), env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.ready = False
-        self.busy = False  # inside an exchange: its state is unknown if the exchange did not finish
-        self.document_open = False
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def exchange(self, header: dict, blob: bytes, timeout_s: float) -> tuple[dict, bytes]:
-        """Send one frame and wait for the answer, at most timeout_s (the worker's start not counted)."""
-        self.busy = True
-        if not self.ready:
-            first, _ = self._receive(WORKER_START_TIMEOUT_S)
-            if first.get("type") != "ready":
-                raise ProtocolError(f"worker said {first.get('type')} before ready")
-            self.ready = True
-        self.send(header, blob)
-        answer = self._receive(timeout_s)
-        self.busy = False
-        return answer
-
-    def send(self, header: dict, blob: bytes = b"") -> None:
-        try:
-            self.proc.stdin.write(encode_frame(header, blob))
-        except (BrokenPipeError, OSError):
-            raise DecoderDied(self.proc.wait()) from None
-
-    def _receive(self, timeout_s: float) -> tuple[dict, bytes]:
-        deadline = time.monotonic() + timeout_s
-        header_len, blob_len = decode_header(self._read(PREFIX.size, deadline))
-        if blob_len > self.max_blob_bytes:
-            raise ProtocolError(f"frame blob of {blob_len} bytes")
-        header = parse_header(self._read(header_len, deadline))
-        blob = self._read(blob_len, deadline)
-        if "shared_bytes" in header:  # a page's pixels, left in the shared buffer
-            if self.pages is None:
-                raise ProtocolError("a shared page from a worker given no buffer")
-            blob = self.pages.read(header["shared_bytes"])
-        return header, blob
-
-    def _read(self, size: int, deadline: float) -> bytearray:
-        """Exactly `size` bytes, read straight into one buffer (a page is megabytes: no joins)."""
-        fd = self.proc.stdout.fileno()
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        while got < size:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise DecoderTimeout()
-            count = os.readv(fd, [view[got:]])
-            if not count:
-                raise DecoderDied(self.proc.wait())
-            got += count
-        return buffer
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        if self.pages is not None:
-            self.pages.close()
-            self.pages = None
+class SandboxRetired(ServiceUnavailable):
+    """A document reached a sandbox that reconfigure() retired before it got a worker: the owner
+    hands it to the new sandbox (never raised once a page has been served)."""
 
 
 class DecodeSandbox:
     """`workers` decoder processes; each document holds one from `open` to its last page."""
 
-    def __init__(self, limits: Limits, max_side: int, max_pixels: int, workers: int):
+    def __init__(self, limits: DecodeLimits, max_side: int, max_pixels: int, workers: int):
         self._limits = limits
         self._max_side, self._max_pixels = max_side, max_pixels
+        decode_limits = limits.model_dump(include=set(DecodeLimits.model_fields))
         self._command = [
             sys.executable, "-m", "app.sandbox.worker", str(limits.decode_memory_mb),
-            json.dumps(limits.model_dump()), json.dumps({"max_side": max_side, "max_pixels": max_pixels}),
+            json.dumps(decode_limits), json.dumps({"max_side": max_side, "max_pixels": max_pixels}),
         ]
+        self._retired = False
+        self._lent = 0  # workers out with a document or a count
         self._slots = asyncio.Semaphore(workers)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decoder")
         self._max_blob = max_pixels * 3 + (1 << 20)  # an RGB page within budget, or a document's count
@@ -158,14 +58,15 @@ class DecodeSandbox:
         self.stats = {"documents": 0, "pages": 0, "timeouts": 0, "memory": 0, "crashes": 0, "replaced": 0}
 
     async def pages(self, data: bytes, content_type: Optional[str], pages: Optional[str],
-                    label: str = "") -> AsyncIterator[RenderedPage]:
-        """The document's pages in order. A broken limit raises DocumentTooComplex and replaces the worker."""
+                    label: str = "", max_pages: Optional[int] = None) -> AsyncIterator[RenderedPage]:
+        """The document's pages in order. A broken limit raises DocumentTooComplex and replaces the worker.
+        `max_pages` replaces limits.max_pages for this document (a job's chunk, counted beforehand)."""
         async with self._slots:
             worker = self._take()
             self.stats["documents"] += 1
             try:
-                await self._exchange(worker, {"type": "open", "content_type": content_type, "pages": pages},
-                                     data, step="opening the document", label=label)
+                opening = {"type": "open", "content_type": content_type, "pages": pages, "max_pages": max_pages}
+                await self._exchange(worker, opening, data, step="opening the document", label=label)
                 worker.document_open = True
                 for served in itertools.count(1):
                     step = f"rendering page {served} of those requested"
@@ -192,6 +93,13 @@ class DecodeSandbox:
                 self._give_back(worker)
 
     def _take(self) -> DecoderProcess:
+        if self._retired:
+            raise SandboxRetired("The decoder was being reconfigured; retry.", code="decoder_unavailable")
+        worker = self._idle_or_new()
+        self._lent += 1
+        return worker
+
+    def _idle_or_new(self) -> DecoderProcess:
         while self._idle:
             worker = self._idle.pop()
             if worker.alive():
@@ -204,6 +112,12 @@ class DecodeSandbox:
 
     def _give_back(self, worker: DecoderProcess) -> None:
         """A worker whose last exchange finished is clean; one left mid-exchange (cancelled) is not."""
+        self._lent -= 1
+        if self._retired:  # reconfigured meanwhile: the new sandbox has its own workers
+            worker.kill()
+            if not self._lent:
+                self._executor.shutdown(wait=False)
+            return
         if worker.busy or not worker.alive():
             worker.kill()
             self.stats["replaced"] += 1
@@ -282,7 +196,18 @@ class DecodeSandbox:
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self._idle if w.alive()]
 
+    def retire(self) -> None:
+        """Take no more documents; the documents in flight finish on their workers, which then exit.
+        (A Preprocessor's reconfigure() hands new documents to a new sandbox meanwhile.)"""
+        self._retired = True
+        for worker in self._idle:
+            worker.kill()
+        self._idle.clear()
+        if not self._lent:
+            self._executor.shutdown(wait=False)
+
     def close(self) -> None:
+        self._retired = True
         for worker in self._idle:
             worker.kill()
         self._idle.clear()

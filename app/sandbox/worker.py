@@ -73,7 +73,10 @@ class Session:
 
         self.close()
         target = Target(self._budget["max_side"], self._budget["max_pixels"])
-        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), self._limits, target)
+        limits = self._limits
+        if header.get("max_pages"):  # a job's chunk: its pages were counted under jobs.max_pages
+            limits = limits.model_copy(update={"max_pages": int(header["max_pages"])})
+        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), limits, target)
         return {"type": "opened"}
 
     def next(self) -> tuple[dict, bytes]:
@@ -168,11 +171,11 @@ def main(argv: list[str]) -> int:
     # The protocol owns fd 1; anything a library prints goes to stderr (the replica's log) instead.
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    from app.config import Limits
+    from app.config import DecodeLimits
     from app.sandbox.protocol import SharedPageBuffer
 
     shared = SharedPageBuffer.attach(int(argv[4])) if len(argv) > 4 else None
-    session = Session(Limits.model_validate(json.loads(limits_json)), json.loads(budget_json), shared)
+    session = Session(DecodeLimits.model_validate(json.loads(limits_json)), json.loads(budget_json), shared)
     serve_forever(sys.stdin.buffer, protocol_out, session)
     return 0
 

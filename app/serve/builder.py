@@ -14,6 +14,7 @@ import ray
 from ray.serve import Application
 
 from app.config import Settings
+from app.engines import input_budget
 from app.http.ingress import Ingress
 from app.jobs.runner import JobRunner
 from app.pipeline.ocr_model import OCRModel
@@ -94,27 +95,61 @@ def logging_config(settings: Settings) -> dict:
     return {"encoding": settings.logging.format.upper(), "log_level": settings.logging.level}
 
 
+# Each deployment's options, in this one place, for a run from args alone (`python -m app`, tests).
+# serve_config.yaml's `deployments:` entries override them one deployment at a time for the fleet;
+# the @serve.deployment decorators set none.
+
+def ingress_options(settings: Settings) -> dict:
+    # Room above the admission limit so that excess requests reach the ingress and get its
+    # JSON 503; past that the proxy itself answers 503 (plain text) instead of queueing more.
+    # An ingress replica told to stop holds whole requests: a long document gets time to finish.
+    return {"ray_actor_options": {"num_cpus": 0.1},
+            "max_ongoing_requests": settings.max_inflight_requests + settings.ingress_overflow_requests,
+            "max_queued_requests": settings.ingress_max_queued_requests,
+            "graceful_shutdown_timeout_s": 120}
+
+
+def preprocessor_options(settings: Settings) -> dict:
+    # Its limits are its user_config: `serve deploy` changes them in place, on this stage alone.
+    return {"ray_actor_options": {"num_cpus": 0.15}, "max_ongoing_requests": 16,
+            "graceful_shutdown_timeout_s": 60, "user_config": settings.preprocess_config().model_dump()}
+
+
+def ocr_options(settings: Settings) -> dict:
+    # health_check_period_s: the controller notices a killed replica at its next health check; at
+    # 10 s a replacement took up to 15 s. graceful_shutdown_timeout_s: a replica told to stop
+    # finishes the batches it holds; a VLM batch at max_new_tokens 2048 on a shared GPU can take minutes.
+    return {"ray_actor_options": {"num_cpus": settings.ocr_num_cpus, "num_gpus": settings.ocr_num_gpus},
+            "health_check_period_s": 3, "graceful_shutdown_timeout_s": 300,
+            "user_config": settings.batching.model_dump(), "max_queued_requests": settings.max_queued_pages,
+            **ocr_scaling_options(settings)}
+
+
+def postprocessor_options(settings: Settings) -> dict:
+    return {"ray_actor_options": {"num_cpus": 0.1}, "max_ongoing_requests": 64}
+
+
+def runner_options(settings: Settings) -> dict:
+    # num_cpus 0: the runner only waits, on the store and on deployments that reserve their own CPUs
+    # (at 0.1 the default graph asked for 2.05, and `make run` on 2 cores never scheduled its Ingress).
+    return {"ray_actor_options": {"num_cpus": 0}, "max_ongoing_requests": 16, "health_check_period_s": 5,
+            "graceful_shutdown_timeout_s": 5, "num_replicas": settings.jobs.runner_replicas}
+
+
 def build_app(args: dict | None = None) -> Application:
     settings = Settings.model_validate(args or {})
     if ray.is_initialized():
         wait_for_gpu_capacity(settings, lambda: ray.cluster_resources().get("GPU", 0.0))
-    logs = logging_config(settings)
-    ocr_model = OCRModel.options(
-        logging_config=logs,
-        ray_actor_options={"num_cpus": settings.ocr_num_cpus, "num_gpus": settings.ocr_num_gpus},
-        user_config=settings.batching.model_dump(),
-        max_queued_requests=settings.max_queued_pages,
-        **ocr_scaling_options(settings),
-    ).bind(settings)
-    # Room above the admission limit so that excess requests reach the ingress and get its
-    # JSON 503; past that the proxy itself answers 503 (plain text) instead of queueing more.
-    ingress = Ingress.options(
-        max_ongoing_requests=settings.max_inflight_requests + 32, max_queued_requests=64, logging_config=logs
-    )
-    preprocessor = Preprocessor.options(logging_config=logs).bind(settings)
-    postprocessor = Postprocessor.options(logging_config=logs).bind()
+    logs = {"logging_config": logging_config(settings)}
+    # Each stage is bound only what it reads: the Preprocessor the engine's input budget (the rest
+    # of its settings are its user_config), the Postprocessor nothing, the job runner `jobs`.
+    # The OCR replicas build their engine from the settings; the ingress answers /v1/info with them.
+    ocr_model = OCRModel.options(**ocr_options(settings), **logs).bind(settings)
+    preprocessor = Preprocessor.options(**preprocessor_options(settings), **logs).bind(input_budget(settings))
+    postprocessor = Postprocessor.options(**postprocessor_options(settings), **logs).bind()
     runner = None
     if settings.jobs.store:
-        runner = JobRunner.options(num_replicas=settings.jobs.runner_replicas, logging_config=logs).bind(
-            settings, preprocessor, ocr_model, postprocessor)
-    return ingress.bind(settings, preprocessor, ocr_model, postprocessor, runner)
+        runner = JobRunner.options(**runner_options(settings), **logs).bind(
+            settings.jobs, preprocessor, ocr_model, postprocessor)
+    return Ingress.options(**ingress_options(settings), **logs).bind(
+        settings, preprocessor, ocr_model, postprocessor, runner)

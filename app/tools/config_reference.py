@@ -17,7 +17,7 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
-from app.config import BatchConfig, Settings
+from app.config import BatchConfig, PreprocessConfig, Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 BLOCK = re.compile(r"(<!-- generated: python -m app.tools.config_reference -->\n)(?P<body>.*?)(<!-- end generated -->)",
@@ -53,6 +53,12 @@ def table() -> str:
               "initial value):", "", "| key | default | what it does |", "|---|---|---|"]
     for key, default, description in rows(BatchConfig):
         lines.append(f"| `{key}` | `{default}` | {description.replace('|', '/')} |")
+    lines += ["", "The Preprocessor deployment's `user_config` (live, through `reconfigure()`; it starts from "
+              "`limits`, `orientation` and `decode_workers` above, and serve_config.yaml sets it on the deployment, "
+              "so that a change reconfigures the Preprocessor replicas alone):", "",
+              "| key | default | what it does |", "|---|---|---|"]
+    for key, default, description in rows(PreprocessConfig):
+        lines.append(f"| `{key}` | {f'`{default}`' if default else ''} | {description.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 
