@@ -128,8 +128,9 @@ def build_qwen2_5_vl(out: Path, size: str = "tiny", seed: int = 0) -> Path:
                   "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
                   "window_size": 56, "fullatt_block_indexes": [1]}
         text = {"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
-                "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}, "initializer_range": _INIT}
+                # Head size 32 (2 heads of 32, 1 KV head): vLLM's CPU attention takes 32, 64, 80, ..., not 16.
+                "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096,
+                "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]}, "initializer_range": _INIT}
         max_pixels = 224 * 224
     config = Qwen2_5_VLConfig(
         vision_config=vision,
