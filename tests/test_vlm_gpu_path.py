@@ -15,7 +15,7 @@ import torch
 
 from app.config import Settings
 from app.engines import build_engine, input_budget
-from app.engines.generation_guards import SAME_TOKEN_RUN
+from app.engines.page_result import SAME_TOKEN_RUN
 from app.engines.vlm_device import DeviceRefused, choose_dtype, memory_fraction, one_probe_per_gpu
 from app.errors import ServiceUnavailable
 from app.synthetic import render_text_page

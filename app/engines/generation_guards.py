@@ -16,14 +16,8 @@ from typing import Optional
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
+from app.engines.page_result import same_token_run
 from app.engines.repetition import find_loop
-
-# One token this many times in a row is no text (a NaN's argmax, an overflowed row).
-SAME_TOKEN_RUN = 32
-
-
-def same_token_run(tokens: list[int], run: int = SAME_TOKEN_RUN) -> bool:
-    return len(tokens) >= run and len(set(tokens[-run:])) == 1
 
 
 class LoopGuard(StoppingCriteria):

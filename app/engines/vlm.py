@@ -21,7 +21,7 @@ from PIL import Image
 
 from app.config import Settings
 from app.engines.base import EngineInfo, InputBudget
-from app.engines.repetition import cut_loop
+from app.engines.page_result import generated_tokens, page_result
 from app.engines.vlm_device import (cap_gpu_memory, choose_dtype, free_device_memory, gpu_key, is_out_of_memory,
                                     one_probe_per_gpu, pick_device)
 from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, missing_model_files
@@ -35,8 +35,6 @@ logger = logging.getLogger("ray.serve")
 
 for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_variable, "1")
-
-DEGENERATE_NOTE = "the model wrote one token over and over or its scores were not numbers: the output is not text"
 
 
 def settings_budget(settings: Settings) -> InputBudget:
@@ -171,7 +169,7 @@ class VLMEngine:
         token (the reference tests compare them with the model's own generate)."""
         rows, stopped_at, _, _ = self._run_generate(images, [None] * len(images))
         stops, pad = self._family.eos_token_ids, self._family.tokenizer.pad_token_id
-        return [row[:stopped] if stopped is not None else row[:_generated_tokens(row, stops, pad)]
+        return [row[:stopped] if stopped is not None else row[:generated_tokens(row, stops, pad)]
                 for row, stopped in zip(rows, stopped_at)]
 
     def _run_generate(self, images: list[Image.Image], lengths: list) -> tuple[list, list, list, int]:
@@ -209,25 +207,7 @@ class VLMEngine:
 
     def _finish(self, tokens: list[int], max_new_tokens: int, stopped_at: Optional[int] = None,
                 non_finite: bool = False) -> EngineResult:
-        from app.engines.generation_guards import same_token_run
-
-        if stopped_at is not None:  # the loop guard stopped this row; what follows is padding
-            tokens = tokens[:stopped_at]
-        text, finish_reason = self._family.decode(tokens)
-        generated = _generated_tokens(tokens, self._family.eos_token_ids, self._family.tokenizer.pad_token_id)
-        notes = []
-        if non_finite or same_token_run(tokens[:generated]):
-            text, finish_reason = "", "degenerate"
-            notes.append(DEGENERATE_NOTE)
-        else:
-            text, looped = cut_loop(text)
-            if stopped_at is not None or looped:
-                notes.append("a repetition loop was cut from the output")
-                finish_reason = "repetition" if stopped_at is not None else finish_reason
-            elif finish_reason == "length":
-                notes.append(f"the output was cut at max_new_tokens={max_new_tokens}")
-        return EngineResult(markdown=text, finish_reason=finish_reason, valid=not notes, notes=notes,
-                            generated_tokens=generated)
+        return page_result(self._family, tokens, max_new_tokens, stopped_at, non_finite)
 
     def check_health(self) -> None:
         """Touch the device: a dead CUDA context fails here, not on the next request."""
@@ -239,15 +219,3 @@ class VLMEngine:
         value = (torch.ones(1, device=self._device) + 1).item()
         if value != 2.0 or time.perf_counter() - started > 10:
             raise RuntimeError(f"device {self._device} answered wrongly or slowly")
-
-
-def _generated_tokens(tokens: list[int], stops: set, pad_token_id) -> int:
-    """Tokens the model generated for one page of a batch: up to and including its first end token.
-    A row that ended early is padded to the batch's longest; those pads were never generated."""
-    for position, token in enumerate(tokens):
-        if token in stops:
-            return position + 1
-    if pad_token_id is not None and pad_token_id not in stops:
-        while tokens and tokens[-1] == pad_token_id:
-            tokens = tokens[:-1]
-    return len(tokens)
