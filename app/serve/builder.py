@@ -65,7 +65,10 @@ def wait_for_gpu_capacity(settings: Settings, cluster_gpus: Callable[[], float],
 
 def ocr_scaling_options(settings: Settings) -> dict:
     """A fixed replica count, or autoscaling whose target is one replica's full batch capacity."""
-    capacity = settings.batching.max_batch_size * settings.batching.max_concurrent_batches
+    if settings.engine == "vllm":  # vLLM batches itself: a replica holds as many pages as it decodes at once
+        capacity = settings.vllm.max_num_seqs
+    else:
+        capacity = settings.batching.max_batch_size * settings.batching.max_concurrent_batches
     # Below batch x concurrency the batches never fill (ray#43288); twice it keeps the next batch queued.
     options = {"max_ongoing_requests": 2 * capacity}
     if settings.ocr_max_replicas_per_node:

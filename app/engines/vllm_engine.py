@@ -1,0 +1,214 @@
+"""The `vllm` engine: vLLM's AsyncLLM inside the OCR replica, fed each page as it comes.
+
+vLLM batches the pages itself, step by step (continuous batching): a short page leaves the
+batch when it ends instead of waiting for the longest, and a new page joins at the next step.
+So the replica skips `@serve.batch` (`schedules_own_batches`) and awaits `infer_page` per page.
+
+The engine runs on an event loop of its own, in its own thread: AsyncLLM binds its output
+handler to the loop it first runs on, and the replica's constructor (load, warm-up) is
+synchronous. A page awaited from the replica's loop is a task on the engine's loop; cancelling
+it (the client left, a sibling page failed) aborts its sequence in vLLM.
+
+Each page's tokens stream back; the loop guard reads them every 16 tokens and aborts a page
+caught in a repetition loop at once, while the other pages go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from PIL import Image
+
+from app.config import Settings
+from app.engines.base import EngineInfo, InputBudget
+from app.engines.page_result import page_result, same_token_run
+from app.engines.repetition import find_loop
+from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, missing_model_files
+from app.ops.weights import verify_once_per_node
+from app.schemas import EngineResult
+from app.synthetic import render_text_page
+
+logger = logging.getLogger("ray.serve")
+
+for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_variable, "1")
+
+GUARD_EVERY = 16  # tokens between two looks of the loop guard, as the vlm engine's
+GUARD_TAIL = 400  # the tokens it reads
+
+
+def settings_budget(settings: Settings) -> InputBudget:
+    family = FAMILIES.get(family_name(settings.model_dir, settings.vllm.family))
+    return budget_for(family, settings.vllm.max_pixels)
+
+
+class EngineLoop:
+    """An event loop in a daemon thread: the engine's home. `run(coro)` from any loop awaits it there."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="vllm-engine-loop", daemon=True)
+        self._thread.start()
+
+    def call(self, coro, timeout_s: Optional[float] = None):
+        """Blocking, for synchronous callers (load, warm-up)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    async def run(self, coro):
+        """Awaited from another loop; cancelling the awaiting task cancels the coroutine here."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+
+class VLLMEngine:
+    schedules_own_batches = True
+    budget = staticmethod(settings_budget)
+
+    def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
+        self._options = settings.vllm
+        self._dir = Path(settings.model_dir)
+        missing = missing_model_files(self._dir)
+        if missing:
+            raise FileNotFoundError(f"model directory {self._dir} is incomplete; missing: {', '.join(missing)}")
+        if verify_once_per_node(self._dir, self._options.verify_weights):
+            logger.info("weights in %s verified (%s)", self._dir, self._options.verify_weights)
+        self._family = family_for(self._dir, self._options.family, self._options.trust_remote_code,
+                                  self._options.max_pixels)
+        if self._family.name not in ("qwen2_vl", "qwen2_5_vl"):
+            raise ValueError(f"the vllm engine serves the Qwen2/2.5-VL family here; {self._family.name} is not "
+                             "wired yet (docs/engines.md says how other vLLM models are configured)")
+        self.input_budget = self._family.budget
+        self._threads, self._gpu_share = threads, gpu_share
+        self._prompt_text = self._options.prompt or self._family.default_prompt
+        self._llm = None
+        self._loop: Optional[EngineLoop] = None
+        self.running = 0  # pages in the engine now (the autoscaler's and the tests' view)
+        self.info = EngineInfo(
+            name="vllm", version=f"{self._family.name}:{self._dir.name}", device="pending",
+            details={"max_tokens": self._options.max_tokens, "max_num_seqs": self._options.max_num_seqs,
+                     "prompt": self._prompt_text, "max_pixels": self.input_budget.max_pixels},
+        )
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def engine_args(self) -> dict:
+        options = self._options
+        args = {
+            "model": str(self._dir), "tokenizer": str(self._dir), "dtype": options.dtype,
+            "max_model_len": options.max_model_len, "max_num_seqs": options.max_num_seqs,
+            "enable_prefix_caching": options.enable_prefix_caching,
+            "mm_processor_cache_gb": options.mm_processor_cache_gb, "enforce_eager": options.enforce_eager,
+            "trust_remote_code": options.trust_remote_code, "limit_mm_per_prompt": {"image": 1, "video": 0},
+            "gpu_memory_utilization": options.gpu_memory_utilization or round(0.9 * self._gpu_share, 3),
+            "distributed_executor_backend": "uni",  # one replica, one device share: no worker processes
+            "disable_log_stats": False, "seed": 0,
+        }
+        if options.max_num_batched_tokens:
+            args["max_num_batched_tokens"] = options.max_num_batched_tokens
+        return args
+
+    def load(self) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._options.cpu_kv_cache_gib))
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+        os.environ.setdefault("OMP_NUM_THREADS", str(self._threads))
+        from vllm import AsyncEngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._family.load()  # its tokenizer: the prompt's chat template, the end tokens, decoding
+        message = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": self._prompt_text}]}]
+        self._prompt = self._family.tokenizer.apply_chat_template(message, add_generation_prompt=True,
+                                                                  tokenize=False)
+        self._loop = EngineLoop()
+        args = AsyncEngineArgs(**self.engine_args())
+
+        async def start():
+            return AsyncLLM.from_engine_args(args)
+
+        started = time.perf_counter()
+        self._llm = self._loop.call(start())
+        self.info.device = "cuda" if current_platform.is_cuda() else current_platform.device_type
+        logger.info("vllm engine on %s ready in %.1f s", self.info.device, time.perf_counter() - started)
+
+    def warmup(self) -> None:
+        page = np.asarray(render_text_page())
+        self._loop.call(asyncio.gather(*(self._read(page, None) for _ in range(2))), timeout_s=600)
+
+    # -- pages ----------------------------------------------------------------------------------
+
+    def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
+        raise AssertionError("the vllm engine schedules its own batches: the replica calls infer_page")
+
+    async def infer_page(self, page: np.ndarray, output_length: Optional[int] = None) -> EngineResult:
+        """One page, batched by vLLM with whatever else is running. `output_length` (benchmarks and
+        tests): the page writes exactly that many tokens, whatever the weights say."""
+        return await self._loop.run(self._read(page, output_length))
+
+    async def _read(self, page: np.ndarray, output_length: Optional[int]) -> EngineResult:
+        tokens, stopped_at, max_tokens = await self.generate_tokens(page, output_length)
+        return page_result(self._family, tokens, max_tokens, stopped_at)
+
+    async def generate_tokens(self, page: np.ndarray, output_length: Optional[int] = None
+                              ) -> tuple[list[int], Optional[int], int]:
+        """(the page's tokens, where the loop guard stopped it or None, the cap in force). On the engine loop."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        forced = output_length is not None
+        max_tokens = output_length if forced else self._options.max_tokens
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=output_length or 0,
+                                ignore_eos=forced, output_kind=RequestOutputKind.DELTA, skip_special_tokens=False)
+        request = {"prompt": self._prompt, "multi_modal_data": {"image": Image.fromarray(page)}}
+        request_id = uuid.uuid4().hex
+        tokens: list[int] = []
+        looked_at = 0
+        self.running += 1
+        stream = self._llm.generate(request, params, request_id)
+        try:
+            async for output in stream:
+                tokens.extend(output.outputs[0].token_ids)
+                if not forced and len(tokens) - looked_at >= GUARD_EVERY:
+                    looked_at = len(tokens)
+                    if self._looping(tokens[-GUARD_TAIL:]):
+                        await self._llm.abort(request_id)  # this page only; the others go on
+                        return tokens, len(tokens), max_tokens
+            return tokens, None, max_tokens
+        finally:
+            self.running -= 1
+            await stream.aclose()  # cancelled or stopped early: vLLM aborts the sequence
+
+    def _looping(self, tail: list[int]) -> bool:
+        if self._family.eos_token_ids.intersection(tail):
+            return False
+        if same_token_run(tail):
+            return True
+        return find_loop(self._family.tokenizer.decode(tail, skip_special_tokens=True)) is not None
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def batch_limits(self) -> Optional[tuple[int, int]]:
+        return None
+
+    def check_health(self) -> None:
+        if self._llm is None:
+            raise RuntimeError("vllm engine is not loaded")
+        if self._llm.errored:
+            raise RuntimeError("the vLLM engine core has died")
+
+    def queue_stats(self) -> dict:
+        """Pages waiting and running in vLLM's scheduler, as this replica sees them."""
+        unfinished = self._llm.get_num_unfinished_requests() if self._llm is not None else 0
+        return {"running": min(unfinished, self._options.max_num_seqs),
+                "waiting": max(0, unfinished - self._options.max_num_seqs)}
+
+    def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
