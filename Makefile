@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: run status test soak install install-test install-vllm accuracy bench scale clean
+.PHONY: run run-vllm status test soak install install-test install-vllm accuracy bench scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ install-test: $(VENV)/.installed-test
 
 run: install
 	$(BIN)/python -m app --port $(PORT)
+
+# The whole graph with the vllm engine, from MODEL (a local directory with its weights.sha256), in the
+# vLLM environment (built on first use: minutes).
+run-vllm: install-vllm
+	@test -n "$(MODEL)" || { echo "usage: make run-vllm MODEL=/path/to/model"; exit 2; }
+	$(VLLM_VENV)/bin/python -m app --port $(PORT) --engine vllm --model-dir $(MODEL)
 
 # What `make run` serves, as Serve sees it (its Ray instance has token auth on, dashboard on loopback).
 status:

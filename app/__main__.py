@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--config", help="serve config file whose applications[0].args to use")
+    parser.add_argument("--engine", help="the engine (ppocr, vlm, vllm, ...), over the --config file's")
+    parser.add_argument("--model-dir", help="the engine's local model directory, over the --config file's")
     parser.add_argument("--num-cpus", type=int, default=None, help="logical CPUs for the local Ray instance")
     parser.add_argument("--num-gpus", type=int, default=None, help="GPUs for the local Ray instance (default: detect)")
     parser.add_argument("--data-dir", default="data",
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds in-flight requests get to finish on Ctrl-C before Ray is stopped")
     options = parser.parse_args(argv)
     args = _args_from_config(options.config)
+    args.update({key: value for key, value in (("engine", options.engine), ("model_dir", options.model_dir))
+                 if value is not None})
     if not _is_loopback(options.host) and not (args.get("auth") or {}).get("api_keys_file"):
         print(f"error: --host {options.host} would open the OCR API to the network without API keys. "
               "Set auth.api_keys_file in the --config file (python -m app.http.auth add FILE NAME makes a key), "

@@ -44,6 +44,7 @@ def engines(model_dir: str, *, with_reference: bool):
         reference.load()
     engine = VLLMEngine(settings, threads=2)
     engine.load()
+    engine.warmup()  # as the replica does
     return engine, reference
 
 

@@ -90,6 +90,7 @@ class VLLMEngine:
         self._llm = None
         self._loop: Optional[EngineLoop] = None
         self.running = 0  # pages in the engine now (the autoscaler's and the tests' view)
+        self.page_capacity = self._options.max_num_seqs  # pages one replica decodes at once
         self.info = EngineInfo(
             name="vllm", version=f"{self._family.name}:{self._dir.name}", device="pending",
             details={"max_tokens": self._options.max_tokens, "max_num_seqs": self._options.max_num_seqs,
@@ -139,7 +140,11 @@ class VLLMEngine:
 
     def warmup(self) -> None:
         page = np.asarray(render_text_page())
-        self._loop.call(asyncio.gather(*(self._read(page, None) for _ in range(2))), timeout_s=600)
+
+        async def two_pages():  # a coroutine, made on the engine's loop: gather() is bound to the loop it runs on
+            return await asyncio.gather(*(self._read(page, None) for _ in range(2)))
+
+        self._loop.call(two_pages(), timeout_s=600)
 
     # -- pages ----------------------------------------------------------------------------------
 

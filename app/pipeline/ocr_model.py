@@ -234,6 +234,7 @@ class OCRModel:
             "batching": self._config.model_dump(),
             "stats": self._stats,
             "gpu": gpu_snapshot(self._gpu_id),
+            "queue": self._engine.queue_stats() if hasattr(self._engine, "queue_stats") else None,
             "placement": {
                 "replica": serve.get_replica_context().replica_id.unique_id,
                 "node_id": context.get_node_id(),
@@ -250,7 +251,10 @@ class OCRModel:
     def record_autoscaling_stats(self) -> dict:
         """For app/scaling/autoscaling.py: pages this replica takes at once, as clamped to its device, and
         once it has run a batch, its measured seconds per page."""
-        stats = {"batch_capacity": float(self._config.max_batch_size * self._config.max_concurrent_batches)}
+        capacity = getattr(self._engine, "page_capacity", None)  # an engine that batches itself says how many
+        if capacity is None:
+            capacity = self._config.max_batch_size * self._config.max_concurrent_batches
+        stats = {"batch_capacity": float(capacity)}
         seconds_per_page = self._rate.seconds_per_page
         if seconds_per_page is not None:
             stats[SECONDS_PER_PAGE] = seconds_per_page
