@@ -168,7 +168,16 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
     stage_path = tmp_path / "preprocessor_limits.yaml"
     stage_path.write_text(yaml.safe_dump(stage))
 
-    restart = yaml.safe_load(stage_path.read_text())
+    resized = yaml.safe_load(stage_path.read_text())
+    pre = next(d for d in resized["applications"][0]["deployments"] if d["name"] == "Preprocessor")
+    pre["ray_actor_options"] = {"num_cpus": 0.3}  # the Preprocessor's actors only: they restart, alone
+    resized_path = tmp_path / "preprocessor_cpus.yaml"
+    resized_path.write_text(yaml.safe_dump(resized))
+
+    def preprocessor_replicas() -> set:
+        return {rid for rid, name in running_replica_ids(dashboard).items() if name == "Preprocessor"}
+
+    restart = yaml.safe_load(resized_path.read_text())
     restart["applications"][0]["args"]["readiness_timeout_s"] = 2.5  # new init args: every replica restarts
     restart_path = tmp_path / "restart.yaml"
     restart_path.write_text(yaml.safe_dump(restart))
@@ -179,6 +188,8 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
                                  lambda i: i["engine"]["batching"]["batch_wait_timeout_s"] == 0.02)),
         ("Preprocessor user_config: limits.max_pages 50 -> 1",
          lambda: deploy_and_wait(stage_path, dashboard, port, lambda i: i["preprocess"]["limits"]["max_pages"] == 1)),
+        ("Preprocessor ray_actor_options: num_cpus 0.25 -> 0.3",
+         lambda: deploy_and_wait(resized_path, dashboard, port, lambda i: True, replaced=preprocessor_replicas())),
         ("args: readiness_timeout_s 2.0 -> 2.5 (restarts every replica)",
          lambda: deploy_and_wait(restart_path, dashboard, port, lambda i: i["settings"]["readiness_timeout_s"] == 2.5,
                                  replaced=set(running_replica_ids(dashboard)))),
@@ -186,9 +197,10 @@ def test_rolling_updates_by_serve_deploy_under_load_lose_no_request(head_node, t
     report = rolling_update(f"http://127.0.0.1:{port}", updates, clients=2,
                             replicas=lambda: running_replica_ids(dashboard), expect_text=None)
     print(report)
-    live_step, stage_step, restart_step = report["updates"]
+    live_step, stage_step, resized_step, restart_step = report["updates"]
     assert live_step["restarted"] == []  # a live knob reconfigures the replicas in place
     assert stage_step["restarted"] == []  # the Preprocessor's limits: in place too, no other stage touched
+    assert resized_step["restarted"] == ["Preprocessor"]  # its own actor options: its replicas alone
     two_pages = httpx.post(f"http://127.0.0.1:{port}/v1/ocr", timeout=60,
                            files={"file": ("two.pdf", numbered_pdf(2), "application/pdf")})
     assert two_pages.status_code == 413 and two_pages.json()["error"]["code"] == "too_many_pages", two_pages.text
