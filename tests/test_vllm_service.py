@@ -40,10 +40,10 @@ def vllm_service(tmp_path_factory):
         "ocr_replicas": 1, "ocr_num_cpus": 1, "orientation": "off",
         "vllm": {"dtype": "float32", "max_tokens": 24, "enforce_eager": True, "max_num_seqs": 8,
                  "max_model_len": 2048}}}]}))
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     command = [str(VLLM_PYTHON), "-m", "app", "--port", str(port), "--config", str(config), "--engine", "vllm",
                "--model-dir", str(model_dir), "--num-cpus", "4", "--data-dir", str(base / "data"),
-               "--metrics-port", str(free_port()), "--dashboard-port", str(free_port()),
+               "--metrics-port", str(metrics_port), "--dashboard-port", str(free_port()),
                "--temp-dir", tempfile.mkdtemp(prefix="ocr-vl-"), "--stop-timeout", "3"]  # short: Ray's socket paths
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     log = (base / "service.log").open("w")
@@ -56,7 +56,7 @@ def vllm_service(tmp_path_factory):
             return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
 
         wait_for(ready, 420, "the vllm service ready", not_up_yet=(httpx.HTTPError,))
-        yield {"url": url, "process": process, "log": base / "service.log"}
+        yield {"url": url, "process": process, "log": base / "service.log", "metrics": metrics_port}
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -89,6 +89,22 @@ def test_eight_concurrent_requests_read_what_one_reads_through_the_vllm_engine(v
     assert alone[0]["pages"][0]["text"] != alone[1]["pages"][0]["text"]  # two pages, two readings
     info = httpx.get(f"{url}/v1/info", timeout=30).json()
     assert info["engine"]["name"] == "vllm" and info["engine"]["queue"] == {"running": 0, "waiting": 0}
+    # The engine's own metrics, as Prometheus scrapes them: 10 pages read (2 warm-up pages before them).
+    tokens = sum(body["pages"][0]["generated_tokens"] for body in alone + together)
+
+    def scraped() -> dict:
+        text = httpx.get(f"http://127.0.0.1:{vllm_service['metrics']}/metrics", timeout=10).text
+        values = {}
+        for line in text.splitlines():
+            for name in ("ray_ocr_engine_generated_tokens_total", "ray_ocr_engine_time_to_first_token_seconds_count",
+                         'ray_ocr_engine_pages{'):
+                if line.startswith(name) and ('state="running"' in line or name != 'ray_ocr_engine_pages{'):
+                    values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return values if values.get("ray_ocr_engine_time_to_first_token_seconds_count", 0) >= 12 else {}
+
+    values = wait_for(scraped, 60, "the engine metrics exported")
+    assert values["ray_ocr_engine_generated_tokens_total"] >= tokens  # the warm-up's tokens come on top
+    assert values['ray_ocr_engine_pages{'] == 0  # nothing running once every request is answered
 
 
 def test_ctrl_c_leaves_no_ray_or_vllm_process(vllm_service):

@@ -32,6 +32,7 @@ from app.engines.base import EngineInfo, InputBudget
 from app.engines.page_result import page_result, same_token_run
 from app.engines.repetition import find_loop
 from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, missing_model_files
+from app.ops import metrics
 from app.ops.weights import verify_once_per_node
 from app.schemas import EngineResult
 from app.synthetic import render_text_page
@@ -174,10 +175,13 @@ class VLLMEngine:
         request_id = uuid.uuid4().hex
         tokens: list[int] = []
         looked_at = 0
-        self.running += 1
+        self._pages_changed(+1)
+        entered = time.perf_counter()
         stream = self._llm.generate(request, params, request_id)
         try:
             async for output in stream:
+                if not tokens:
+                    metrics.observe("ocr_engine_time_to_first_token_seconds", time.perf_counter() - entered)
                 tokens.extend(output.outputs[0].token_ids)
                 if not forced and len(tokens) - looked_at >= GUARD_EVERY:
                     looked_at = len(tokens)
@@ -186,8 +190,14 @@ class VLLMEngine:
                         return tokens, len(tokens), max_tokens
             return tokens, None, max_tokens
         finally:
-            self.running -= 1
+            self._pages_changed(-1)
+            metrics.inc("ocr_engine_generated_tokens_total", len(tokens))
             await stream.aclose()  # cancelled or stopped early: vLLM aborts the sequence
+
+    def _pages_changed(self, delta: int) -> None:
+        self.running += delta
+        for state, pages in self.queue_stats().items():
+            metrics.set_gauge("ocr_engine_pages", pages, state=state)
 
     def _looping(self, tail: list[int]) -> bool:
         if self._family.eos_token_ids.intersection(tail):
@@ -209,7 +219,7 @@ class VLLMEngine:
 
     def queue_stats(self) -> dict:
         """Pages waiting and running in vLLM's scheduler, as this replica sees them."""
-        unfinished = self._llm.get_num_unfinished_requests() if self._llm is not None else 0
+        unfinished = max(self.running, self._llm.get_num_unfinished_requests() if self._llm is not None else 0)
         return {"running": min(unfinished, self._options.max_num_seqs),
                 "waiting": max(0, unfinished - self._options.max_num_seqs)}
 

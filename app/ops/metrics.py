@@ -49,6 +49,12 @@ SPEC: dict[str, tuple] = {
     "ocr_queue_pages": ("gauge", "Pages waiting in this OCR replica's batcher", (), None),
     "ocr_seconds_per_page": ("gauge", "This OCR replica's busy seconds per page, a moving average over "
                              "recent batches (what the service_rate autoscaling policy reads)", (), None),
+    "ocr_engine_pages": ("gauge", "Pages inside an engine that batches by itself (vllm), by state: running (being "
+                         "decoded) or waiting (queued in its scheduler)", ("state",), None),
+    "ocr_engine_time_to_first_token_seconds": ("histogram", "Seconds from a page entering the engine to its first "
+                                               "token (vllm): queueing and prefill", (), _SECONDS),
+    "ocr_engine_generated_tokens_total": ("counter", "Tokens an engine generated (vllm); its rate is tokens/s", (),
+                                          None),
     "ocr_gpu_memory_used_bytes": ("gauge", "Memory used on this OCR replica's GPU (NVML; only where there is one)",
                                   (), None),
     "ocr_gpu_memory_total_bytes": ("gauge", "Memory of this OCR replica's GPU (NVML)", (), None),
