@@ -21,7 +21,6 @@ import os
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -31,9 +30,8 @@ from app.config import Settings
 from app.engines.base import EngineInfo, InputBudget
 from app.engines.page_result import page_result, same_token_run
 from app.engines.repetition import find_loop
-from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, missing_model_files
+from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, checked_model_dir
 from app.ops import metrics
-from app.ops.weights import verify_once_per_node
 from app.schemas import EngineResult
 from app.synthetic import render_text_page
 
@@ -74,12 +72,7 @@ class VLLMEngine:
 
     def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
         self._options = settings.vllm
-        self._dir = Path(settings.model_dir)
-        missing = missing_model_files(self._dir)
-        if missing:
-            raise FileNotFoundError(f"model directory {self._dir} is incomplete; missing: {', '.join(missing)}")
-        if verify_once_per_node(self._dir, self._options.verify_weights):
-            logger.info("weights in %s verified (%s)", self._dir, self._options.verify_weights)
+        self._dir = checked_model_dir(settings.model_dir, self._options.verify_weights)
         self._family = family_for(self._dir, self._options.family, self._options.trust_remote_code,
                                   self._options.max_pixels)
         if self._family.name not in ("qwen2_vl", "qwen2_5_vl"):

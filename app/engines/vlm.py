@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -24,12 +23,11 @@ from app.engines.base import EngineInfo, InputBudget
 from app.engines.page_result import generated_tokens, page_result
 from app.engines.vlm_device import (cap_gpu_memory, choose_dtype, free_device_memory, gpu_key, is_out_of_memory,
                                     one_probe_per_gpu, pick_device)
-from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, missing_model_files
+from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, checked_model_dir
 from app.engines.warmup_probe import budget_page_size, largest_fitting_batch
 from app.errors import ServiceUnavailable
 from app.schemas import EngineResult
 from app.synthetic import render_text_page
-from app.ops.weights import verify_once_per_node
 
 logger = logging.getLogger("ray.serve")
 
@@ -50,14 +48,7 @@ class VLMEngine:
         import torch
 
         self._options = settings.vlm
-        self._dir = Path(settings.model_dir)
-        missing = missing_model_files(self._dir)
-        if missing:
-            raise FileNotFoundError(f"model directory {self._dir} is incomplete; missing: {', '.join(missing)}")
-        if verify_once_per_node(self._dir, self._options.verify_weights):
-            logger.info("weights in %s verified (%s)", self._dir, self._options.verify_weights)
-        elif self._options.verify_weights != "off":
-            logger.info("weights in %s already verified on this node in this state", self._dir)
+        self._dir = checked_model_dir(settings.model_dir, self._options.verify_weights)
         self._family = family_for(self._dir, self._options.family, self._options.trust_remote_code,
                                   self._options.max_pixels)
         self.input_budget = self._family.budget

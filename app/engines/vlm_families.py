@@ -189,3 +189,22 @@ def missing_model_files(model_dir: Path) -> list[str]:
     if not any((model_dir / f).is_file() for f in ("preprocessor_config.json", "processor_config.json")):
         missing.append("image processor config (preprocessor_config.json)")
     return missing
+
+
+def checked_model_dir(model_dir: str, verify_mode: str) -> Path:
+    """The model directory, refused with what it lacks, and its weights checked against weights.sha256
+    once per node (`verify_weights`): what every VLM engine does before it builds anything."""
+    import logging
+
+    from app.ops.weights import verify_once_per_node
+
+    logger = logging.getLogger("ray.serve")
+    path = Path(model_dir)
+    missing = missing_model_files(path)
+    if missing:
+        raise FileNotFoundError(f"model directory {path} is incomplete; missing: {', '.join(missing)}")
+    if verify_once_per_node(path, verify_mode):
+        logger.info("weights in %s verified (%s)", path, verify_mode)
+    elif verify_mode != "off":
+        logger.info("weights in %s already verified on this node in this state", path)
+    return path
