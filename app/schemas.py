@@ -16,6 +16,23 @@ from typing import Optional
 import numpy as np
 
 
+@dataclass(frozen=True)
+class Generation:
+    """What a request asks of a generating engine for its pages (the OpenAI API's knobs,
+    app/http/openai_api.py); left unset, the engine's own settings apply. The bundled PP-OCR
+    engine writes no tokens and takes none of these."""
+
+    max_tokens: Optional[int] = None  # at most the engine's own cap (vllm.max_tokens, vlm.max_new_tokens)
+    min_tokens: int = 0  # end tokens are held back until the page has written this many
+    ignore_eos: bool = False  # write exactly max_tokens: nothing ends the page early, the loop guard included
+    logit_bias: tuple = ()  # ((token id, bias), ...) added to the model's scores at every step
+
+    @classmethod
+    def exactly(cls, tokens: int) -> "Generation":
+        """A page that writes `tokens` tokens whatever its weights say (benchmarks, tests)."""
+        return cls(max_tokens=tokens, min_tokens=tokens, ignore_eos=True)
+
+
 @dataclass
 class PagePayload:
     """One page, ready for the engine: the preprocessor's output, the OCR model's input."""
@@ -33,6 +50,7 @@ class PagePayload:
     rotation: int = 0  # clockwise degrees the preprocessor turned the page (app/orientation)
     rotation_confidence: Optional[float] = None  # the finder's confidence; None where no finder ran
     timings_ms: dict = field(default_factory=dict)
+    generation: Optional[Generation] = None  # the request's generation knobs; None: the engine's settings
 
     @property
     def pixels(self) -> int:
@@ -57,7 +75,8 @@ class EngineResult:
     finish_reason: str = "stop"  # "stop": the engine ended the page itself; "length": cut at the token cap
     valid: bool = True  # False when the output was truncated or a guard cut a repetition loop
     notes: list = field(default_factory=list)  # why a page is not valid, for the client
-    generated_tokens: Optional[int] = None  # a VLM's tokens for the page, its end token included (benchmarks)
+    generated_tokens: Optional[int] = None  # a VLM's tokens for the page, its end token included
+    prompt_tokens: Optional[int] = None  # the prompt's tokens, image tokens included, where the engine says
 
 
 @dataclass

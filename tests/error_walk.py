@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 FIELDS = {"code", "message", "retryable", "request_id"}
+OPENAI_FIELDS = {"type", "param"}  # beside them on the OpenAI-compatible routes, as OpenAI clients read them
 
 
 def bad_requests(big_bytes: int) -> list[tuple[str, str, dict, int, str]]:
@@ -20,6 +21,14 @@ def bad_requests(big_bytes: int) -> list[tuple[str, str, dict, int, str]]:
         ("DELETE", "/v1/jobs/no-such-job", {}, 404, "job_not_found"),
         ("PUT", "/v1/jobs/no-such-job", {}, 405, "method_not_allowed"),
         ("POST", "/v1/info", {}, 405, "method_not_allowed"),
+        ("POST", "/v1/chat/completions", {"content": b"{not json", "headers": {"content-type": "application/json"}},
+         400, "malformed_request"),
+        ("POST", "/v1/chat/completions", {"json": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}},
+         400, "missing_file"),
+        ("POST", "/v1/chat/completions", {"content": b"x" * (2 * big_bytes), "headers": {"content-type": "application/json"}},
+         413, "upload_too_large"),
+        ("GET", "/v1/chat/completions", {}, 405, "method_not_allowed"),
+        ("POST", "/v1/models", {}, 405, "method_not_allowed"),
         ("POST", "/healthz", {}, 405, "method_not_allowed"),
         ("POST", "/readyz", {}, 405, "method_not_allowed"),
         ("GET", "/v2/nothing-here", {}, 404, "not_found"),
@@ -31,7 +40,8 @@ def check_error(response, status: int, code: str) -> None:
     assert response.status_code == status, (what, response.status_code, response.text)
     assert response.headers["content-type"].startswith("application/json"), what
     body = response.json()
-    assert set(body) >= {"error"} and set(body["error"]) == FIELDS, (what, body)
+    extra = OPENAI_FIELDS if "/v1/chat/" in what and set(body.get("error", {})) > FIELDS else set()
+    assert set(body) >= {"error"} and set(body["error"]) == FIELDS | extra, (what, body)
     error = body["error"]
     assert error["code"] == code and isinstance(error["retryable"], bool) and error["message"], (what, body)
     assert error["request_id"] and error["request_id"] == response.headers.get("x-request-id"), (what, body)

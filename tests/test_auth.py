@@ -113,3 +113,22 @@ def test_every_v1_route_refuses_a_missing_key_with_the_one_error_body(secured, c
     v1 = sorted({(method, path) for method, path, *_ in bad_requests(1) if path.startswith("/v1")})
     for method, path in v1:
         check_error(client.request(method, f"{url}{path}"), 401, "unauthorized")
+
+
+def test_the_openai_sdk_is_refused_with_a_wrong_key_and_served_with_the_right_one(secured, invoice_png):
+    import base64
+
+    import openai
+
+    url, key = secured
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "data:image/png;base64," + base64.b64encode(invoice_png).decode()}}]}]
+    wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as refused:
+        wrong.models.list()
+    assert refused.value.status_code == 401 and refused.value.code == "unauthorized"
+    with pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model="ppocr", messages=messages)
+    right = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    answer = right.chat.completions.create(model="ppocr", messages=messages)  # the engine's name is a model id too
+    assert "INVOICE 4711" in answer.choices[0].message.content

@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+from app.schemas import Generation  # noqa: E402 (after the path above)
+
+
 def pages(count: int) -> list:
     import numpy as np
 
@@ -72,10 +75,10 @@ def no_head_of_line_blocking(model_dir: str) -> dict:
     """One page forced to 256 tokens and seven to 16, sent together: when each finished."""
     engine, _ = engines(model_dir, with_reference=False)
     page = pages(1)[0]
-    engine._loop.call(engine._read(page, 4))  # warm
+    engine._loop.call(engine._read(page, Generation.exactly(4)))  # warm
 
     async def timed(length: int):
-        await engine.infer_page(page, output_length=length)
+        await engine.infer_page(page, Generation.exactly(length))
         return length, time.perf_counter()
 
     async def together():
@@ -94,7 +97,7 @@ def abort_on_cancel(model_dir: str) -> dict:
     page = pages(1)[0]
 
     async def scenario():
-        task = asyncio.ensure_future(engine.infer_page(page, output_length=1500))
+        task = asyncio.ensure_future(engine.infer_page(page, Generation.exactly(1500)))
         while engine.queue_stats()["running"] == 0:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)

@@ -32,7 +32,7 @@ from app.engines.page_result import page_result, same_token_run
 from app.engines.repetition import find_loop
 from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, checked_model_dir
 from app.ops import metrics
-from app.schemas import EngineResult
+from app.schemas import EngineResult, Generation
 from app.synthetic import render_text_page
 
 logger = logging.getLogger("ray.serve")
@@ -68,6 +68,7 @@ class EngineLoop:
 
 class VLLMEngine:
     schedules_own_batches = True
+    takes_generation = True  # honours a request's Generation knobs (app/schemas.py)
     budget = staticmethod(settings_budget)
 
     def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
@@ -145,43 +146,54 @@ class VLLMEngine:
     def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
         raise AssertionError("the vllm engine schedules its own batches: the replica calls infer_page")
 
-    async def infer_page(self, page: np.ndarray, output_length: Optional[int] = None) -> EngineResult:
-        """One page, batched by vLLM with whatever else is running. `output_length` (benchmarks and
-        tests): the page writes exactly that many tokens, whatever the weights say."""
-        return await self._loop.run(self._read(page, output_length))
+    async def infer_page(self, page: np.ndarray, generation: Optional[Generation] = None) -> EngineResult:
+        """One page, batched by vLLM with whatever else is running, under the request's `generation`
+        knobs (None: the settings')."""
+        return await self._loop.run(self._read(page, generation))
 
-    async def _read(self, page: np.ndarray, output_length: Optional[int]) -> EngineResult:
-        tokens, stopped_at, max_tokens = await self.generate_tokens(page, output_length)
-        return page_result(self._family, tokens, max_tokens, stopped_at)
+    async def _read(self, page: np.ndarray, generation: Optional[Generation]) -> EngineResult:
+        tokens, stopped_at, max_tokens, prompt_tokens = await self.generate_tokens(page, generation)
+        result = page_result(self._family, tokens, max_tokens, stopped_at)
+        result.prompt_tokens = prompt_tokens
+        return result
 
-    async def generate_tokens(self, page: np.ndarray, output_length: Optional[int] = None
-                              ) -> tuple[list[int], Optional[int], int]:
-        """(the page's tokens, where the loop guard stopped it or None, the cap in force). On the engine loop."""
+    def sampling_params(self, generation: Optional[Generation]):
+        """Greedy, streamed as deltas; the request's knobs where it set them."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        forced = output_length is not None
-        max_tokens = output_length if forced else self._options.max_tokens
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=output_length or 0,
-                                ignore_eos=forced, output_kind=RequestOutputKind.DELTA, skip_special_tokens=False)
+        generation = generation or Generation()
+        return SamplingParams(temperature=0.0, max_tokens=generation.max_tokens or self._options.max_tokens,
+                              min_tokens=generation.min_tokens, ignore_eos=generation.ignore_eos,
+                              logit_bias=dict(generation.logit_bias) or None,
+                              output_kind=RequestOutputKind.DELTA, skip_special_tokens=False)
+
+    async def generate_tokens(self, page: np.ndarray, generation: Optional[Generation] = None
+                              ) -> tuple[list[int], Optional[int], int, Optional[int]]:
+        """(the page's tokens, where the loop guard stopped it or None, the cap in force, the prompt's
+        tokens). On the engine loop. A page that ignores its end token is not stopped by the guard."""
+        params = self.sampling_params(generation)
+        guarded = not params.ignore_eos
         request = {"prompt": self._prompt, "multi_modal_data": {"image": Image.fromarray(page)}}
         request_id = uuid.uuid4().hex
         tokens: list[int] = []
+        prompt_tokens: Optional[int] = None
         looked_at = 0
         self._pages_changed(+1)
         entered = time.perf_counter()
         stream = self._llm.generate(request, params, request_id)
         try:
             async for output in stream:
-                if not tokens:
+                if prompt_tokens is None:
                     metrics.observe("ocr_engine_time_to_first_token_seconds", time.perf_counter() - entered)
+                    prompt_tokens = len(output.prompt_token_ids or ())
                 tokens.extend(output.outputs[0].token_ids)
-                if not forced and len(tokens) - looked_at >= GUARD_EVERY:
+                if guarded and len(tokens) - looked_at >= GUARD_EVERY:
                     looked_at = len(tokens)
                     if self._looping(tokens[-GUARD_TAIL:]):
                         await self._llm.abort(request_id)  # this page only; the others go on
-                        return tokens, len(tokens), max_tokens
-            return tokens, None, max_tokens
+                        return tokens, len(tokens), params.max_tokens, prompt_tokens
+            return tokens, None, params.max_tokens, prompt_tokens
         finally:
             self._pages_changed(-1)
             metrics.inc("ocr_engine_generated_tokens_total", len(tokens))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -26,7 +27,7 @@ from app.engines.vlm_device import (cap_gpu_memory, choose_dtype, free_device_me
 from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, checked_model_dir
 from app.engines.warmup_probe import budget_page_size, largest_fitting_batch
 from app.errors import ServiceUnavailable
-from app.schemas import EngineResult
+from app.schemas import EngineResult, Generation
 from app.synthetic import render_text_page
 
 logger = logging.getLogger("ray.serve")
@@ -41,8 +42,35 @@ def settings_budget(settings: Settings) -> InputBudget:
     return budget_for(family, settings.vlm.max_pixels)
 
 
+@dataclass(frozen=True)
+class RowSpec:
+    """How one row of a batch generates: at most `cap` tokens, no end token before `min_tokens`, only
+    the end token from `forced_end` on, the loop guard stopping it or only looking, a logit bias."""
+
+    cap: int
+    min_tokens: int = 0
+    forced_end: Optional[int] = None
+    guarded: bool = True
+    bias: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, knobs: Optional[Generation], max_new_tokens: int) -> "RowSpec":
+        """A request's knobs (app/schemas.py), as vLLM reads the same ones."""
+        if knobs is None:
+            return cls(cap=max_new_tokens)
+        cap = knobs.max_tokens or max_new_tokens
+        return cls(cap=cap, min_tokens=cap if knobs.ignore_eos else knobs.min_tokens, guarded=not knobs.ignore_eos,
+                   bias=dict(knobs.logit_bias))
+
+    @classmethod
+    def forced(cls, length: int) -> "RowSpec":
+        """Exactly `length` tokens and then the end token (benchmarks)."""
+        return cls(cap=length + 1, min_tokens=length, forced_end=length, guarded=False)
+
+
 class VLMEngine:
     budget = staticmethod(settings_budget)
+    takes_generation = True  # honours a request's Generation knobs (app/schemas.py)
 
     def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
         import torch
@@ -119,17 +147,23 @@ class VLMEngine:
     def batch_limits(self) -> Optional[tuple[int, int]]:
         return self._batch_limits
 
-    def infer(self, pages: list[np.ndarray], output_lengths: Optional[list[int]] = None) -> list:
+    def infer(self, pages: list[np.ndarray], output_lengths: Optional[list[int]] = None,
+              generation: Optional[list[Optional[Generation]]] = None) -> list:
         """One EngineResult per page, or a retryable error for a page that alone does not fit.
 
-        output_lengths (benchmarks only): page i writes exactly that many tokens, whatever the
-        weights say; the loop guard then looks but does not stop."""
+        generation: each page's request knobs (None: the settings'). output_lengths (benchmarks):
+        page i writes exactly that many tokens, then its end token, whatever the weights say; the
+        loop guard then looks but does not stop."""
         images = [Image.fromarray(page) for page in pages]
-        return self._generate_split(images, output_lengths or [None] * len(images))
+        if output_lengths is not None:
+            rows = [RowSpec.forced(length) for length in output_lengths]
+        else:
+            rows = [RowSpec.of(knobs, self._options.max_new_tokens) for knobs in generation or [None] * len(images)]
+        return self._generate_split(images, rows)
 
-    def _generate_split(self, images: list[Image.Image], lengths: list) -> list:
+    def _generate_split(self, images: list[Image.Image], rows: list) -> list:
         try:
-            return self._generate(images, lengths)
+            return self._generate(images, rows)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -140,7 +174,7 @@ class VLMEngine:
             return [ServiceUnavailable("The GPU ran out of memory on this page; retry later.", code="gpu_out_of_memory")]
         half = len(images) // 2
         logger.warning("out of memory at batch %d: splitting into %d + %d", len(images), half, len(images) - half)
-        return self._generate_split(images[:half], lengths[:half]) + self._generate_split(images[half:], lengths[half:])
+        return self._generate_split(images[:half], rows[:half]) + self._generate_split(images[half:], rows[half:])
 
     def model_inputs(self, images: list[Image.Image]) -> dict:
         """The batch's inputs on the device: exactly what the family's processor makes."""
@@ -150,26 +184,31 @@ class VLMEngine:
             inputs["pixel_values"] = inputs["pixel_values"].to(self._dtype)
         return inputs
 
-    def _generate(self, images: list[Image.Image], lengths: list) -> list[EngineResult]:
-        rows, stopped_at, non_finite, max_new_tokens = self._run_generate(images, lengths)
-        return [self._finish(tokens, max_new_tokens, stopped, bad)
-                for tokens, stopped, bad in zip(rows, stopped_at, non_finite)]
+    def _generate(self, images: list[Image.Image], rows: list) -> list[EngineResult]:
+        tokens, stopped_at, non_finite = self._run_generate(images, rows)
+        return [self._finish(row_tokens[:spec.cap], spec.cap, stopped, bad)
+                for row_tokens, spec, stopped, bad in zip(tokens, rows, stopped_at, non_finite)]
+
+    def _finish(self, tokens: list[int], max_new_tokens: int, stopped_at: Optional[int] = None,
+                non_finite: bool = False) -> EngineResult:
+        return page_result(self._family, tokens, max_new_tokens, stopped_at, non_finite)
 
     def generated_ids(self, images: list[Image.Image]) -> list[list[int]]:
         """The tokens each page generated, through the serving path, up to and including its end
         token (the reference tests compare them with the model's own generate)."""
-        rows, stopped_at, _, _ = self._run_generate(images, [None] * len(images))
+        rows = [RowSpec.of(None, self._options.max_new_tokens)] * len(images)
+        tokens, stopped_at, _ = self._run_generate(images, rows)
         stops, pad = self._family.eos_token_ids, self._family.tokenizer.pad_token_id
         return [row[:stopped] if stopped is not None else row[:generated_tokens(row, stops, pad)]
-                for row, stopped in zip(rows, stopped_at)]
+                for row, stopped in zip(tokens, stopped_at)]
 
-    def _run_generate(self, images: list[Image.Image], lengths: list) -> tuple[list, list, list, int]:
+    def _run_generate(self, images: list[Image.Image], rows: list) -> tuple[list, list, list]:
         """(each row's tokens after the prompt, where the loop guard stopped each row, which rows
-        saw non-finite scores, the max_new_tokens in force)."""
+        saw non-finite scores)."""
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        from app.engines.generation_guards import ForcedLengths, LoopGuard, NonFiniteWatch
+        from app.engines.generation_guards import LoopGuard, NonFiniteWatch, RowCaps, RowLimits
 
         if self.fault_hook is not None:
             self.fault_hook(images)
@@ -178,27 +217,24 @@ class VLMEngine:
         inputs = self.model_inputs(images)
         prompt_length = inputs["input_ids"].shape[1]
         stops = self._family.eos_token_ids
-        forced = all(length is not None for length in lengths)
-        max_new_tokens = max(lengths) + 1 if forced else self._options.max_new_tokens
-        guard = LoopGuard(self._family.tokenizer, prompt_length, stops, enforce=not forced)
+        guard = LoopGuard(self._family.tokenizer, prompt_length, stops, enforce=[spec.guarded for spec in rows])
         watch = NonFiniteWatch()
         processors = [*self.extra_logits_processors, watch]  # the test hooks stand for the model's own logits
-        if forced:
-            processors.append(ForcedLengths(lengths, prompt_length, stops, self._family.tokenizer.eos_token_id))
+        if any(spec.min_tokens or spec.forced_end is not None or spec.bias for spec in rows):
+            processors.append(RowLimits([spec.min_tokens for spec in rows], [spec.forced_end for spec in rows],
+                                        [spec.bias for spec in rows], prompt_length, stops,
+                                        self._family.tokenizer.eos_token_id))
         with torch.inference_mode():
             output = self._model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                **inputs, max_new_tokens=max(spec.cap for spec in rows), do_sample=False, num_beams=1,
                 pad_token_id=self._family.tokenizer.pad_token_id, eos_token_id=sorted(stops),
-                logits_processor=LogitsProcessorList(processors), stopping_criteria=StoppingCriteriaList([guard]),
+                logits_processor=LogitsProcessorList(processors),
+                stopping_criteria=StoppingCriteriaList([guard, RowCaps([spec.cap for spec in rows], prompt_length)]),
             )
         if self._device == "cuda":
             self.last_peak_memory_mib = torch.cuda.max_memory_allocated() / 2**20
-        rows = output[:, prompt_length:].tolist()
-        return rows, guard.stopped_rows(len(rows)), watch.rows(len(rows)), max_new_tokens
-
-    def _finish(self, tokens: list[int], max_new_tokens: int, stopped_at: Optional[int] = None,
-                non_finite: bool = False) -> EngineResult:
-        return page_result(self._family, tokens, max_new_tokens, stopped_at, non_finite)
+        tokens = output[:, prompt_length:].tolist()
+        return tokens, guard.stopped_rows(len(tokens)), watch.rows(len(tokens))
 
     def check_health(self) -> None:
         """Touch the device: a dead CUDA context fails here, not on the next request."""

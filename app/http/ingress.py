@@ -12,21 +12,23 @@ import time
 from typing import Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app import __version__
 from app.http.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
-from app.http import error_boundary
+from app.http import error_boundary, openai_api
 from app.errors import RequestTimeout, ServiceUnavailable
 from app.jobs.routes import JobRoutes
 from app.ops import metrics
 from app.http.readiness import ReadinessCache, missing_stages, running_replicas
 from app.http.request_log import RequestLog, log_fields, stage_totals
-from app.pipeline.page_pipeline import EngineIdentity, read_page
-from app.http.uploads import read_upload
+from app.pipeline.document_reader import DocumentReader
+from app.pipeline.page_pipeline import EngineIdentity
+from app.http.uploads import read_bounded, read_upload
+from app.schemas import Generation
 
 logger = logging.getLogger("ray.serve")
 
@@ -57,13 +59,14 @@ class Ingress:
         job_runner: Optional[DeploymentHandle] = None,
     ):
         self._settings = settings
-        self._pre = preprocessor.options(stream=True)
+        self._reader = DocumentReader(preprocessor, ocr_model, postprocessor, settings.page_retries)
         self._pre_config = preprocessor
         self._jobs = JobRoutes(settings.jobs, preprocessor, job_runner)
         self._ocr = ocr_model
         self._post = postprocessor
         self._engine = EngineIdentity(ocr_model)
         self._inflight = 0
+        self._started = openai_api.now()  # /v1/models' `created`
         self._app_name = serve.get_replica_context().app_name
         self._readiness = ReadinessCache(self._fetch_readiness, settings.readiness.refresh_s)
         global _keyring
@@ -79,27 +82,35 @@ class Ingress:
             limits = self._settings.limits
             upload = await asyncio.wait_for(read_upload(request, limits.max_upload_bytes), limits.upload_read_timeout_s)
         except asyncio.TimeoutError:
-            return error_boundary.failed(request, RequestTimeout(
-                f"The request body did not arrive within limits.upload_read_timeout_s="
-                f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1))
+            return error_boundary.failed(request, self._upload_timeout())
         except Exception as exc:
             return error_boundary.failed(request, exc)
-        if self._inflight >= self._settings.max_inflight_requests:
-            # Admission control: a bounded amount of work per replica; the rest is told to retry.
-            return error_boundary.failed(request, ServiceUnavailable(
-                "The service is at capacity; retry later.", code="overloaded", retry_after_s=2))
+        if self._at_capacity():
+            return error_boundary.failed(request, self._overloaded())
         self._inflight += 1
         try:
             return await self._ocr_request(request, request_id, upload, started)
         finally:
             self._inflight -= 1
 
+    def _upload_timeout(self) -> RequestTimeout:
+        return RequestTimeout(f"The request body did not arrive within limits.upload_read_timeout_s="
+                              f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1)
+
+    def _at_capacity(self) -> bool:
+        # Admission control: a bounded amount of work per replica; the rest is told to retry.
+        return self._inflight >= self._settings.max_inflight_requests
+
+    @staticmethod
+    def _overloaded() -> ServiceUnavailable:
+        return ServiceUnavailable("The service is at capacity; retry later.", code="overloaded", retry_after_s=2)
+
     async def _ocr_request(self, request: Request, request_id: str, upload, started: float) -> JSONResponse:
         read_s = time.perf_counter() - started
         metrics.stage("read_upload", read_s)
         log_fields(request)["bytes"] = len(upload.data)
         try:
-            pages = await self._run_pipeline(request_id, upload)
+            pages = await self._reader.read(request_id, upload)
             engine = await self._engine.get()
         except Exception as exc:
             return error_boundary.failed(request, exc)
@@ -117,38 +128,68 @@ class Ingress:
             },
         )  # Serve's proxy puts X-Request-ID on every answer
 
-    async def _run_pipeline(self, request_id: str, upload) -> list[dict]:
-        """Dispatch each page onward as soon as the preprocessor yields it; gather in page order.
+    # -- the OpenAI-compatible API (app/http/openai_api.py): the same pipeline, OpenAI's shapes --
 
-        The first page that fails for good fails the request at once: the other pages,
-        and the rest of the document still rasterising, are cancelled.
-        """
-        stream = self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages,
-                                          upload.orientation)
-        tasks: list[asyncio.Task] = []
-        streamed = False
+    @api.get("/v1/models")
+    async def models(self, request: Request) -> JSONResponse:
         try:
-            async for page in stream:
-                tasks.append(asyncio.ensure_future(self._page_result(page)))
-                if any(task.done() and task.exception() is not None for task in tasks if not task.cancelled()):
-                    break  # a page failed for good: stop rasterising the rest
-            else:
-                streamed = True
-            if tasks:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [task for task in tasks if task.done() and not task.cancelled() and task.exception()]
-            if failed:
-                raise failed[0].exception()
-            return sorted((task.result() for task in tasks), key=lambda page: page["index"])
-        finally:
-            if not streamed:
-                stream.cancel()
-            for task in tasks:
-                task.cancel()
+            engine = await self._engine.get()
+        except Exception as exc:
+            return openai_api.failed(request, exc)
+        return JSONResponse(openai_api.models_body(engine, self._started))
 
-    async def _page_result(self, page) -> dict:
-        """OCR then postprocess one page, under the one retry rule (app/pipeline/page_pipeline.py)."""
-        return await read_page(self._ocr, self._post, page, self._settings.page_retries)
+    @api.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request):
+        request_id = _request_id(request)
+        limits = self._settings.limits
+        try:
+            body = await asyncio.wait_for(read_bounded(request, openai_api.body_limit(limits.max_upload_bytes)),
+                                          limits.upload_read_timeout_s)
+            chat, upload = openai_api.parse_chat(body, limits.max_upload_bytes)
+            engine = await self._engine.get()
+            model = openai_api.check_model(chat.model, engine)
+            generation = chat.generation(self._engine.token_cap)
+        except asyncio.TimeoutError:
+            return openai_api.failed(request, self._upload_timeout())
+        except Exception as exc:
+            return openai_api.failed(request, exc)
+        if self._at_capacity():
+            return openai_api.failed(request, self._overloaded())
+        completion_id, created = f"chatcmpl-{request_id}", openai_api.now()
+        log_fields(request).update(bytes=len(upload.data), engine=engine["name"], api="openai")
+        if chat.stream:
+            return StreamingResponse(self._chat_events(request_id, upload, generation, completion_id, model, created,
+                                                       chat.include_usage), media_type="text/event-stream")
+        self._inflight += 1
+        try:
+            pages = await self._reader.read(request_id, upload, generation)
+        except Exception as exc:
+            return openai_api.failed(request, exc)
+        finally:
+            self._inflight -= 1
+        log_fields(request)["pages"] = len(pages)
+        return JSONResponse(openai_api.completion_body(completion_id, model, created, pages))
+
+    async def _chat_events(self, request_id: str, upload, generation: Generation, completion_id: str, model: str,
+                           created: int, include_usage: bool):
+        """Server-Sent Events: the role, then each page's text as it is read, the finish reason, usage if
+        asked, [DONE]. A failure after the first event is an error event (the status line is sent)."""
+        self._inflight += 1
+        pages: list[dict] = []
+        try:
+            yield openai_api.chunk(completion_id, model, created, {"role": "assistant", "content": ""})
+            async for page in self._reader.read_in_order(request_id, upload, generation):
+                text = page["text"] if not pages else "\n\n" + page["text"]
+                pages.append(page)
+                yield openai_api.chunk(completion_id, model, created, {"content": text})
+            yield openai_api.chunk(completion_id, model, created, {}, openai_api.finish_reason(pages))
+            if include_usage:
+                yield openai_api.chunk(completion_id, model, created, {}, usage_body=openai_api.usage(pages))
+        except Exception as exc:
+            yield openai_api.stream_error(request_id, exc)
+        finally:
+            self._inflight -= 1
+        yield openai_api.DONE
 
     # -- async jobs (app/jobs/routes.py): the store holds everything, so any replica answers --
 

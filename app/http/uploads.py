@@ -24,7 +24,7 @@ class Upload:
 
 
 async def read_upload(request: Request, max_bytes: int) -> Upload:
-    body = await _read_bounded(request, max_bytes)
+    body = await read_bounded(request, max_bytes)
     content_type = request.headers.get("content-type", "")
     pages = request.query_params.get("pages")
     orientation = parse_mode(request.query_params.get("orientation"))
@@ -35,7 +35,7 @@ async def read_upload(request: Request, max_bytes: int) -> Upload:
     return Upload(body, content_type or None, None, pages, orientation)
 
 
-async def _read_bounded(request: Request, max_bytes: int) -> bytes:
+async def read_bounded(request: Request, max_bytes: int) -> bytes:
     """Refuse an oversized body from its Content-Length, or as soon as the stream passes the limit."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:

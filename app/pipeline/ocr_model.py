@@ -45,6 +45,8 @@ class OCRModel:
         logger.info("engine %s ready in %.2fs", self._engine.info, time.perf_counter() - start)
         # An engine with its own scheduler (continuous batching) takes pages as they come.
         self._own_batches = schedules_own_batches(self._engine)
+        # A generating engine honours a request's knobs (max_tokens...); PP-OCR writes no tokens.
+        self._takes_generation = getattr(self._engine, "takes_generation", False)
         self._on_gpu = self._engine.info.device.startswith("cuda")
         self._gpu_id = assigned_gpu_id() if self._on_gpu else None  # NVML is asked about this GPU only
         self._config: Optional[BatchConfig] = None
@@ -127,7 +129,7 @@ class OCRModel:
         self._rate.batch_started()
         done = 0
         try:
-            result = await self._engine.infer_page(image)
+            result = await self._engine.infer_page(image, page.generation)
             done = 1
         except Exception as exc:
             logger.exception("engine failed on request %s page %s", page.request_id, page.page_number)
@@ -198,6 +200,8 @@ class OCRModel:
         if not images:
             return []
         try:
+            if self._takes_generation and any(page.generation for page in pages):
+                return self._engine.infer(images, generation=[page.generation for page in pages])
             return self._engine.infer(images)
         except Exception as exc:
             if len(images) == 1:

@@ -41,9 +41,12 @@ class EngineIdentity:
     def __init__(self, ocr: DeploymentHandle):
         self._ocr = ocr
         self._value: Optional[dict] = None
+        self.token_cap: Optional[int] = None  # a generating engine's most tokens per page; None: it writes none
 
     async def get(self) -> dict:
         if self._value is None:
             info = await self._ocr.info.remote()
+            details = info.get("details") or {}
+            self.token_cap = details.get("max_tokens") or details.get("max_new_tokens")
             self._value = {"name": info["name"], "version": info["version"]}
         return self._value
