@@ -23,9 +23,11 @@ from app.testkit.ports import free_port
 from app.testkit.processes import kill_group
 from app.testkit.waits import wait_for
 from app.tools.tiny_vlm import build_qwen2_5_vl
+from tests.test_openai_api import head_of_line, page, page_message, sdk, streamed
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+CAP = 3000  # tokens a page may write: room for a page that runs for seconds (the disconnect test)
 pytestmark = pytest.mark.own_cluster
 
 
@@ -38,8 +40,8 @@ def vllm_service(tmp_path_factory):
     config = base / "serve_vllm.yaml"
     config.write_text(yaml.safe_dump({"applications": [{"args": {
         "ocr_replicas": 1, "ocr_num_cpus": 1, "orientation": "off",
-        "vllm": {"dtype": "float32", "max_tokens": 24, "enforce_eager": True, "max_num_seqs": 8,
-                 "max_model_len": 2048}}}]}))
+        "vllm": {"dtype": "float32", "max_tokens": CAP, "enforce_eager": True, "max_num_seqs": 8,
+                 "max_model_len": 4096}}}]}))
     port, metrics_port = free_port(), free_port()
     command = [str(VLLM_PYTHON), "-m", "app", "--port", str(port), "--config", str(config), "--engine", "vllm",
                "--model-dir", str(model_dir), "--num-cpus", "4", "--data-dir", str(base / "data"),
@@ -105,6 +107,85 @@ def test_eight_concurrent_requests_read_what_one_reads_through_the_vllm_engine(v
     values = wait_for(scraped, 60, "the engine metrics exported")
     assert values["ray_ocr_engine_generated_tokens_total"] >= tokens  # the warm-up's tokens come on top
     assert values['ray_ocr_engine_pages{'] == 0  # nothing running once every request is answered
+
+
+def test_the_openai_sdk_reads_what_v1_ocr_reads_through_vllm(vllm_service):
+    url = vllm_service["url"]
+    api = sdk(url)
+    [model] = api.models.list().data
+    assert model.model_extra["engine"] == "vllm"
+    image = png_bytes(render_text_page(["OpenAI through vLLM", "0123456789"], width=320))
+    expected = ocr(url, image)["pages"][0]
+    answer = api.chat.completions.create(model=model.id, messages=page_message(image))
+    assert answer.choices[0].message.content == expected["text"]
+    assert answer.usage.completion_tokens == expected["generated_tokens"] and answer.usage.prompt_tokens > 0
+    pieces, chunks = streamed(api, model.id, page_message(image))
+    assert "".join(pieces) == expected["text"] and chunks[-1].usage.completion_tokens == expected["generated_tokens"]
+
+
+def test_short_pages_pass_a_long_one_through_the_vllm_service(vllm_service):
+    """Continuous batching: the seven 16-token pages leave the batch as they end. The same test
+    on the `vlm` engine's static batches: tests/test_openai_api.py (there, they wait)."""
+    timings = head_of_line(vllm_service["url"])
+    print("vllm head of line:", timings)
+    assert max(timings["short_s"]) < timings["long_s"], timings
+
+
+def test_a_looping_page_is_cut_while_its_neighbours_finish_on_vllm(vllm_service):
+    url = vllm_service["url"]
+    api = sdk(url)
+    model = api.models.list().data[0].id
+    token = 64  # a byte-level token of the tiny tokenizer, no end token
+
+    def ask(i: int):
+        if i == 0:
+            return api.chat.completions.create(model=model, messages=page_message(page(i)), max_tokens=2000,
+                                               logit_bias={str(token): 100}, extra_body={"min_tokens": 1000})
+        return api.chat.completions.create(model=model, messages=page_message(page(i)), max_tokens=64,
+                                           extra_body={"min_tokens": 64, "ignore_eos": True})
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        looped, *neighbours = pool.map(ask, range(4))
+    [notes] = looped.model_extra["pages"]
+    assert looped.choices[0].finish_reason == "degenerate" and notes["valid"] is False, looped
+    assert notes["generated_tokens"] <= 32 + 16, "the guard aborts a looping page within one look"
+    assert [answer.usage.completion_tokens for answer in neighbours] == [64, 64, 64]
+
+
+def engine_running(url: str) -> int:
+    return httpx.get(f"{url}/v1/info", timeout=30).json()["engine"]["queue"]["running"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_mid_page_frees_the_engine_within_a_second(vllm_service, stream):
+    url = vllm_service["url"]
+    model = sdk(url).models.list().data[0].id
+    body = {"model": model, "messages": page_message(page(1)), "max_tokens": CAP, "min_tokens": CAP,
+            "ignore_eos": True, "stream": stream}
+    if stream:
+        with httpx.Client(timeout=120) as client:
+            with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+                assert response.status_code == 200
+                wait_for(lambda: engine_running(url) == 1, 60, "the page running in the engine")
+                time.sleep(0.5)
+            left_at = time.monotonic()  # the connection is closed here, mid-page
+    else:
+        def leave():  # waits 3 s for the answer, then gives up and closes the connection
+            try:
+                httpx.post(f"{url}/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=3.0))
+            except httpx.ReadTimeout:
+                return time.monotonic()
+            return None
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            leaving = pool.submit(leave)
+            wait_for(lambda: engine_running(url) == 1, 60, "the page running in the engine")
+            left_at = leaving.result()
+        assert left_at is not None, "the page ended before the client left: make it longer"
+    wait_for(lambda: engine_running(url) == 0, 30, "the page aborted")
+    seconds = time.monotonic() - left_at
+    print(f"client left (stream={stream}): engine running 0 after {seconds:.2f} s")
+    assert seconds < 1.0
 
 
 def test_ctrl_c_leaves_no_ray_or_vllm_process(vllm_service):
