@@ -131,6 +131,7 @@ class VLLMEngine:
         started = time.perf_counter()
         self._llm = self._loop.call(start())
         self.info.device = "cuda" if current_platform.is_cuda() else current_platform.device_type
+        self.info.details["gpu_memory_utilization"] = args.gpu_memory_utilization  # this replica's share
         logger.info("vllm engine on %s ready in %.1f s", self.info.device, time.perf_counter() - started)
 
     def warmup(self) -> None:
