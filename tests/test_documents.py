@@ -229,3 +229,19 @@ def test_the_job_runner_writes_page_specs_the_parser_reads_back(numbers, spec):
 
     assert page_spec(numbers) == spec
     assert parse_page_spec(page_spec(numbers), 12, max_pages=12) == [n - 1 for n in numbers]
+
+
+def test_fit_to_budget_never_rounds_a_page_past_the_budget():
+    """Rounding both sides up can overshoot max_pixels (the sandbox then refuses the page as a
+    decoder fault: a devset receipt at Qwen's 1,003,520 pixels came out 60 pixels over)."""
+    target = Target(max_side=2048, max_pixels=1280 * 28 * 28)
+    over = []
+    for width in range(1000, 1400, 7):
+        for height in range(1400, 2200, 11):
+            fitted = target.fitted_size(width, height, target.scale(width, height))
+            if fitted[0] * fitted[1] > target.max_pixels or max(fitted) > target.max_side:
+                over.append((width, height, fitted))
+            assert abs(fitted[0] / fitted[1] - width / height) < 0.01  # the page keeps its shape
+    assert over == []
+    resized, _ = fit_to_budget(Image.new("RGB", (1080, 2244)), 2048, 1280 * 28 * 28)
+    assert resized.width * resized.height <= 1280 * 28 * 28

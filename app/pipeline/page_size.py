@@ -19,6 +19,15 @@ class Target:
         """The factor (<= 1) that brings a width x height page inside the budget."""
         return min(1.0, self.max_side / max(width, height), (self.max_pixels / (width * height)) ** 0.5)
 
+    def fitted_size(self, width: int, height: int, scale: float) -> tuple[int, int]:
+        """width x height scaled and rounded, then trimmed a pixel at a time where rounding both sides
+        up took it past the budget (695x1444 is 60 pixels over 1,003,520: the sandbox refuses that page)."""
+        size = [max(1, round(width * scale)), max(1, round(height * scale))]
+        while (size[0] * size[1] > self.max_pixels or max(size) > self.max_side) and max(size) > 1:
+            longer = 0 if size[0] >= size[1] else 1
+            size[longer] -= 1
+        return size[0], size[1]
+
 
 def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Image.Image, float]:
     """Downscale (never upscale) so the image fits the engine's input budget; returns the scale used.
@@ -32,7 +41,7 @@ def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Ima
     scale = Target(max_side, max_pixels).scale(width, height)
     if scale >= 1.0:
         return img, 1.0
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    size = Target(max_side, max_pixels).fitted_size(width, height, scale)
     return img.resize(size, Image.Resampling.BILINEAR, reducing_gap=3.0), scale
 
 
