@@ -2,6 +2,7 @@
 
     python load/gpu_bench.py --engine-only --report $OUT/gpu_bench.json --commit SHA   # the GPU machine
     python load/gpu_bench.py --engine-only --tiny                                     # smoke test, any machine
+    python load/gpu_bench.py --engine-only --engines vlm vllm --report R.json         # where vLLM is installed
     python load/gpu_bench.py --render load/results/gpu_bench.json
 
 Builds full-size random checkpoints on the device in bf16 (Qwen2.5-VL-3B from its published
@@ -16,7 +17,12 @@ config, GOT-OCR2 at its real size) and, per family, measures the `vlm` engine as
   profile   GPU kernel-busy time over wall time for one `devset` batch (torch.profiler), beside NVML's
             utilisation sampled during `pages`;
   probe     the warm-up probe at a 0.25 GPU share (the fleet's), then a real generate of that batch
-            at the served max_new_tokens, as confirmation.
+            at the served max_new_tokens, as confirmation;
+  vllm      with `--engines vlm vllm`, Qwen2.5-VL only, once the `vlm` model is freed: the `vllm`
+            engine (AsyncLLM, continuous batching) on the same pages and the same forced lengths as
+            `pages`, every page of a batch sent at once, so its pages/s sits beside the static batch's.
+            It needs vLLM installed (the official vllm==0.32.0 wheel on a GPU node,
+            cluster/requirements-gpu.txt); the lent GPU machine of the platform notes cannot take it.
 The JSON report is rewritten after every step, so a run cut short keeps what it measured; a step
 that would not fit in --budget-s is recorded as skipped. Random weights: the figures are speed,
 never reading. Output lengths come from load/devset_output_lengths.json (an estimate of
@@ -257,6 +263,52 @@ def probe(engine, page, device: str, share: float, served_tokens: int) -> dict:
             torch.cuda.set_per_process_memory_fraction(1.0)
 
 
+def vllm_pages(model_dir: Path, device: str, repeats: int, batches: tuple, cap: int, tiny: bool) -> dict:
+    """The `vllm` engine on `pages`' lengths: each batch's pages sent together, vLLM batching them."""
+    import asyncio
+
+    from app.config import Settings
+    from app.engines.vllm_engine import VLLMEngine
+    from app.schemas import Generation
+
+    options = {"verify_weights": "off", "max_tokens": 4096, "max_num_seqs": max(batches), "max_model_len": 4096,
+               "dtype": "float32" if tiny else "auto", "enforce_eager": tiny}
+    engine = VLLMEngine(Settings(engine="vllm", model_dir=str(model_dir), vllm=options), threads=4)
+    began = time.perf_counter()
+    engine.load()
+    engine.warmup()
+    load_s = time.perf_counter() - began
+    page = budget_page(engine)
+
+    def run(lengths: list[int]) -> list:
+        async def together():  # made on the engine's loop, as the replica's pages are
+            return await asyncio.gather(*(engine._read(page, Generation.exactly(n)) for n in lengths))
+
+        return engine._loop.call(together())
+
+    arms: dict = {}
+    try:
+        for batch in batches:
+            sets = length_sets(batch, seed=batch, cap=cap)
+            for lengths in sets.values():  # warmed as the vlm arms are
+                run([min(8, n) for n in lengths])
+            for index in range(repeats):
+                for name in (list(sets) if index % 2 == 0 else list(reversed(sets))):
+                    lengths, results = sets[name], []
+                    seconds = timed(device, lambda: results.extend(run(lengths)))
+                    tokens = sum(r.generated_tokens for r in results)  # exactly n each: no end token
+                    arm = arms.setdefault(f"{name} x{batch}", {"lengths": lengths, "runs": []})
+                    arm["runs"].append({"seconds": seconds, "pages_per_s": batch / seconds, "tokens": tokens,
+                                        "tokens_per_s": tokens / seconds})
+    finally:
+        engine.shutdown()
+    for arm in arms.values():
+        arm["pages_per_s"] = summary([run["pages_per_s"] for run in arm["runs"]])
+        arm["tokens_per_s"] = summary([run["tokens_per_s"] for run in arm["runs"]])
+    return {"arms": arms, "load_s": load_s, "device": engine.info.device,
+            "gpu_memory_utilization": engine.info.details.get("gpu_memory_utilization")}
+
+
 def measure(options) -> dict:
     import torch
     import transformers
@@ -275,7 +327,8 @@ def measure(options) -> dict:
               "settings": {"model": "tiny" if tiny else "full", "families": options.families, "repeats": repeats,
                            "decode_steps": steps, "decode_batches": decode_batches, "page_batches": page_batches,
                            "length_cap": cap, "served_max_new_tokens": served, "probe_share": 0.25,
-                           "budget_s": options.budget_s, "lengths": str(LENGTHS.relative_to(ROOT))}}
+                           "budget_s": options.budget_s, "lengths": str(LENGTHS.relative_to(ROOT)),
+                           "engines": options.engines}}
     run = Run(Path(options.report), options.budget_s, header)
     run.save()
     root = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
@@ -310,6 +363,10 @@ def measure(options) -> dict:
         gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
+        if "vllm" in options.engines and family == "qwen2_5_vl":
+            model_dir = root / family
+            run.step(family, "vllm", 120 * scale,
+                     lambda: vllm_pages(model_dir, device, repeats, page_batches, cap, tiny))
     return run.report
 
 
@@ -338,6 +395,23 @@ def render(report: dict) -> str:
         for name, arm in steps.get("pages", {}).get("arms", {}).items():
             lines.append(f"| {family} | {name} | {spread_cell(arm['pages_per_s'], 2)} | "
                          f"{spread_cell(arm['tokens_per_s'], 0)} | {arm['idle_row_steps']:.0%} |")
+    vllm_rows = [(family, name, arm, steps.get("pages", {}).get("arms", {}).get(name))
+                 for family, steps in report["families"].items()
+                 for name, arm in steps.get("vllm", {}).get("arms", {}).items()]
+    if vllm_rows:
+        lines += ["", "The `vllm` engine on the same pages and lengths, each batch's pages sent at once:", "",
+                  "| family | lengths x pages | vllm pages/s | tokens/s | vlm pages/s (above) | vllm / vlm |",
+                  "|---|---|---|---|---|---|"]
+        for family, name, arm, static in vllm_rows:
+            ratio = (f"{arm['pages_per_s']['median'] / static['pages_per_s']['median']:.2f}x"
+                     if static else "n/a")
+            lines.append(f"| {family} | {name} | {spread_cell(arm['pages_per_s'], 2)} | "
+                         f"{spread_cell(arm['tokens_per_s'], 0)} | "
+                         f"{spread_cell(static['pages_per_s'], 2) if static else 'n/a'} | {ratio} |")
+    errors = [f"{family} {name}: {step['error']}" for family, steps in report["families"].items()
+              for name, step in steps.items() if isinstance(step, dict) and "error" in step]
+    if errors:
+        lines += ["", "Failed steps: " + "; ".join(error[:300] for error in errors)]
     if report.get("skipped"):
         lines += ["", "Skipped for time: " + "; ".join(report["skipped"])]
     return "\n".join(lines)
@@ -375,6 +449,8 @@ def main() -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny random models: check the script runs")
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats of each timed cell")
+    parser.add_argument("--engines", nargs="+", choices=("vlm", "vllm"), default=["vlm"],
+                        help="vllm: also the vllm engine's step (needs vLLM installed)")
     parser.add_argument("--served-max-new-tokens", type=int, default=2048, help="serve_config.yaml's vlm.max_new_tokens")
     parser.add_argument("--budget-s", type=float, default=390, help="steps that would end past this are skipped")
     parser.add_argument("--commit", help="the commit measured (the GPU machine's copy of the tree has no .git)")

