@@ -4,6 +4,10 @@
 # Layers run slowest-changing first: system, Python dependencies, app code, then the weights,
 # so a new model version ships as one layer.
 #
+# The default target is the GPU image: both GPU engines, `vlm` (transformers) and `vllm` (the official
+# vllm==0.32.0 wheel), from cluster/requirements-gpu.txt; --build-arg REQUIREMENTS=requirements-cpu.txt
+# makes a CPU-only image.
+#
 #   cluster/wheelhouse.sh wheelhouse --set gpu --torch-index https://download.pytorch.org/whl/cu124
 #   docker build --build-arg VERSION=1.2.0 --build-arg GIT_COMMIT=$(git rev-parse HEAD) \
 #     --build-arg MODEL_NAME=got-ocr2 --build-arg WEIGHTS_DIGEST=$(sha256sum models/got-ocr2/weights.sha256 | cut -c1-64) \
@@ -54,6 +58,8 @@ ENV PATH=/opt/venv/bin:${PATH} \
     TRANSFORMERS_OFFLINE=1 \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     RAY_USAGE_STATS_ENABLED=0 \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
     CUDA_DEVICE_ORDER=PCI_BUS_ID \
     RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=app.http.proxy_guard:middlewares \
     PYTHONUNBUFFERED=1

@@ -28,9 +28,10 @@ root="$(dirname "$here")"
 pip="${PIP:-python3 -m pip}"
 mkdir -p "$out"
 
-# pip matches --platform tags exactly, so name every manylinux level the wheels use.
+# pip matches --platform tags exactly, so name every manylinux level the wheels use, up to the
+# image's glibc (Ubuntu 22.04: 2.35); vLLM's llguidance, for one, is manylinux_2_31 only.
 platforms=()
-for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64; do
+for tag in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64; do
   platforms+=(--platform "$tag")
 done
 index_args=()

@@ -169,3 +169,13 @@ def test_service_rate_moves_towards_a_new_speed_and_weighs_pages():
         clock.now += 2.0
         rate_.batch_finished(8)
     assert rate_.seconds_per_page == pytest.approx(0.25, rel=0.01)
+
+
+def test_an_engine_with_pages_waiting_inside_it_is_as_big_as_what_it_runs():
+    """vLLM with a full KV cache runs 3 of its 8 sequence slots and queues the rest: 12 pages need
+    4 replicas at 3, not 2 at the batch capacity of 8."""
+    full_cache = {"batch_capacity": {"r1": 8.0}, "engine_running": {"r1": 3.0}, "engine_waiting": {"r1": 5.0}}
+    assert queue_policy(context(1, 12, 0.0, metrics=full_cache))[0] == 2  # at most double per decision
+    assert queue_policy(context(2, 12, 0.0, metrics=full_cache))[0] == 4
+    room = {"batch_capacity": {"r1": 8.0}, "engine_running": {"r1": 3.0}, "engine_waiting": {"r1": 0.0}}
+    assert queue_policy(context(2, 12, 0.0, metrics=room))[0] == 2  # nothing waits: the batch capacity holds

@@ -30,6 +30,7 @@ from app.config import Settings
 from app.engines.base import EngineInfo, InputBudget
 from app.engines.page_result import page_result, same_token_run
 from app.engines.repetition import find_loop
+from app.engines.vllm_scheduler import SchedulerView
 from app.engines.vlm_families import FAMILIES, budget_for, family_for, family_name, checked_model_dir
 from app.ops import metrics
 from app.schemas import EngineResult, Generation
@@ -37,7 +38,8 @@ from app.synthetic import render_text_page
 
 logger = logging.getLogger("ray.serve")
 
-for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+# Offline: no hub, and none of vLLM's usage reports (it sends them by default).
+for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"):
     os.environ.setdefault(_variable, "1")
 
 GUARD_EVERY = 16  # tokens between two looks of the loop guard, as the vlm engine's
@@ -84,7 +86,8 @@ class VLLMEngine:
         self._prompt_text = self._options.prompt or self._family.default_prompt
         self._llm = None
         self._loop: Optional[EngineLoop] = None
-        self.running = 0  # pages in the engine now (the autoscaler's and the tests' view)
+        self.running = 0  # pages this replica has handed to the engine and not had back
+        self._scheduler = SchedulerView()  # vLLM's own running and waiting counts, each engine step
         self.page_capacity = self._options.max_num_seqs  # pages one replica decodes at once
         self.info = EngineInfo(
             name="vllm", version=f"{self._family.name}:{self._dir.name}", device="pending",
@@ -126,7 +129,7 @@ class VLLMEngine:
         args = AsyncEngineArgs(**self.engine_args())
 
         async def start():
-            return AsyncLLM.from_engine_args(args)
+            return AsyncLLM.from_engine_args(args, stat_loggers=[self._scheduler.logger_factory()])
 
         started = time.perf_counter()
         self._llm = self._loop.call(start())
@@ -202,8 +205,14 @@ class VLLMEngine:
 
     def _pages_changed(self, delta: int) -> None:
         self.running += delta
-        for state, pages in self.queue_stats().items():
-            metrics.set_gauge("ocr_engine_pages", pages, state=state)
+        self.export_queue()
+
+    def export_queue(self) -> None:
+        """The queue gauges, as vLLM's scheduler last reported; also each health check (3 s) while busy."""
+        stats = self.queue_stats()
+        for state in ("running", "waiting"):
+            metrics.set_gauge("ocr_engine_pages", stats[state], state=state)
+        metrics.set_gauge("ocr_engine_kv_cache_usage", stats["kv_cache_usage"])
 
     def _looping(self, tail: list[int]) -> bool:
         if self._family.eos_token_ids.intersection(tail):
@@ -222,12 +231,16 @@ class VLLMEngine:
             raise RuntimeError("vllm engine is not loaded")
         if self._llm.errored:
             raise RuntimeError("the vLLM engine core has died")
+        self.export_queue()
 
     def queue_stats(self) -> dict:
-        """Pages waiting and running in vLLM's scheduler, as this replica sees them."""
-        unfinished = max(self.running, self._llm.get_num_unfinished_requests() if self._llm is not None else 0)
-        return {"running": min(unfinished, self._options.max_num_seqs),
-                "waiting": max(0, unfinished - self._options.max_num_seqs)}
+        """Pages running and waiting in vLLM's scheduler, as it last reported them (its KV cache in use
+        beside them). Idle, or before vLLM's first report, the replica's own count stands in."""
+        state = self._scheduler.snapshot()
+        if self.running == 0 or state.steps == 0:
+            running = min(self.running, self._options.max_num_seqs)
+            return {"running": running, "waiting": self.running - running, "kv_cache_usage": state.kv_cache_usage}
+        return {"running": state.running, "waiting": state.waiting, "kv_cache_usage": round(state.kv_cache_usage, 4)}
 
     def shutdown(self) -> None:
         if self._llm is not None:

@@ -51,6 +51,8 @@ SPEC: dict[str, tuple] = {
                              "recent batches (what the service_rate autoscaling policy reads)", (), None),
     "ocr_engine_pages": ("gauge", "Pages inside an engine that batches by itself (vllm), by state: running (being "
                          "decoded) or waiting (queued in its scheduler)", ("state",), None),
+    "ocr_engine_kv_cache_usage": ("gauge", "Share of the engine's KV cache in use (vllm), as its scheduler last "
+                                  "reported: near 1, pages wait for memory, not for sequence slots", (), None),
     "ocr_engine_time_to_first_token_seconds": ("histogram", "Seconds from a page entering the engine to its first "
                                                "token (vllm): queueing and prefill", (), _SECONDS),
     "ocr_engine_generated_tokens_total": ("counter", "Tokens an engine generated (vllm); its rate is tokens/s", (),

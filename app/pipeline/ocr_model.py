@@ -259,6 +259,9 @@ class OCRModel:
         if capacity is None:
             capacity = self._config.max_batch_size * self._config.max_concurrent_batches
         stats = {"batch_capacity": float(capacity)}
+        if hasattr(self._engine, "queue_stats"):  # vLLM's scheduler: what it runs, what waits inside it
+            queue = self._engine.queue_stats()
+            stats.update(engine_running=float(queue["running"]), engine_waiting=float(queue["waiting"]))
         seconds_per_page = self._rate.seconds_per_page
         if seconds_per_page is not None:
             stats[SECONDS_PER_PAGE] = seconds_per_page

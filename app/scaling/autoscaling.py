@@ -10,8 +10,11 @@ hold before another is asked for:
   would really fall behind. Until a replica has measured itself it falls back on:
 - `queue_policy` (policy: queue_capacity): one replica's batch capacity, what the replicas
   report as `batch_capacity` (their batch as the warm-up clamped it to the device, x
-  max_concurrent_batches), else the deployment's `target_ongoing_requests`. It knows nothing
-  of speed: 16 pages a replica whether a page takes 10 ms or 3 s.
+  max_concurrent_batches; vllm.max_num_seqs for the `vllm` engine), else the deployment's
+  `target_ongoing_requests`. It knows nothing of speed: 16 pages a replica whether a page
+  takes 10 ms or 3 s. An engine that batches by itself also reports what its scheduler holds
+  (`engine_running`, `engine_waiting`): where pages wait inside it while it runs fewer than its
+  batch capacity (vLLM's KV cache is full), what it runs is the capacity.
 Then, for both:
 - hysteresis: scale down only when the load fits in fewer replicas with `DOWN_MARGIN` to
   spare, so a load hovering at a boundary holds the count instead of flapping;
@@ -35,12 +38,17 @@ from app.pipeline.service_rate import METRIC as SECONDS_PER_PAGE_METRIC
 logger = logging.getLogger("ray.serve")
 
 CAPACITY_METRIC = "batch_capacity"
+ENGINE_RUNNING_METRIC, ENGINE_WAITING_METRIC = "engine_running", "engine_waiting"  # vllm's scheduler
 DOWN_MARGIN = 0.8  # scale down only if the load would fill the smaller fleet to at most 80%
 
 
 def queue_policy(ctx) -> tuple[int, dict[str, Any]]:
     """policy: queue_capacity."""
-    return _decide(ctx, _capacity(ctx.config, _reported(ctx, CAPACITY_METRIC, min)), "capacity")
+    capacity = _capacity(ctx.config, _reported(ctx, CAPACITY_METRIC, min))
+    bound = _engine_bound(ctx)
+    if bound is not None and bound < capacity:
+        return _decide(ctx, bound, f"engine runs {bound:g} with pages waiting")
+    return _decide(ctx, capacity, "capacity")
 
 
 class ServiceRatePolicy:
@@ -87,6 +95,20 @@ def _capacity(config, reported: float | None = None) -> float:
         return reported
     target = getattr(config, "target_ongoing_requests", None) if config is not None else None
     return float(target) if target and target > 0 else 1.0
+
+
+def _engine_bound(ctx) -> Optional[float]:
+    """The pages an engine runs at once where it holds others waiting (median over such replicas);
+    None where no replica's engine has pages waiting."""
+    try:
+        metrics = ctx.aggregated_metrics or {}
+        running = metrics.get(ENGINE_RUNNING_METRIC) or {}
+        waiting = metrics.get(ENGINE_WAITING_METRIC) or {}
+        bound = [float(running[replica]) for replica, pages in waiting.items()
+                 if pages and pages > 0 and (running.get(replica) or 0) >= 1]
+    except Exception:  # a policy must never raise: fall back
+        return None
+    return float(statistics.median(bound)) if bound else None
 
 
 def _reported(ctx, metric: str, combine) -> Optional[float]:
