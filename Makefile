@@ -59,7 +59,7 @@ status:
 
 # The vllm engine's tests run under its own environment (tests/test_vllm_engine.py): built here first.
 test: install-test install-vllm
-	$(BIN)/python -m pytest -v -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -v -rs --durations=30 $(PYTEST_ARGS)
 
 accuracy: install
 	$(BIN)/python load/accuracy.py

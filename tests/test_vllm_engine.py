@@ -60,4 +60,7 @@ def test_short_pages_finish_before_a_long_one_sent_with_them(tiny_qwen, tmp_path
 def test_a_cancelled_page_leaves_the_engine_within_a_second(tiny_qwen, tmp_path):
     seen = run_check("abort", tiny_qwen, tmp_path)
     assert seen["running_before"] == 1 and seen["running_after"] == 0, seen
+    scheduler = seen["scheduler"]  # vLLM's stat logger reported the page running, and its KV cache in use
+    assert scheduler["steps"] > 0 and (scheduler["running"], scheduler["waiting"]) == (1, 0), scheduler
+    assert 0 < scheduler["kv_cache_usage"] <= 1, scheduler
     assert seen["seconds_to_drop"] < 1.0, seen

@@ -102,15 +102,16 @@ def abort_on_cancel(model_dir: str) -> dict:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)
         running_before = engine.queue_stats()["running"]
+        scheduler = vars(engine._scheduler.snapshot())  # vLLM's own figures, not the replica's count
         task.cancel()
         cancelled_at = time.perf_counter()
         while engine.queue_stats()["running"] and time.perf_counter() - cancelled_at < 10:
             await asyncio.sleep(0.01)
-        return running_before, round(time.perf_counter() - cancelled_at, 3), engine.queue_stats()["running"]
+        return running_before, round(time.perf_counter() - cancelled_at, 3), engine.queue_stats()["running"], scheduler
 
-    before, seconds, after = asyncio.run(scenario())
+    before, seconds, after, scheduler = asyncio.run(scenario())
     engine.shutdown()
-    return {"running_before": before, "seconds_to_drop": seconds, "running_after": after}
+    return {"running_before": before, "seconds_to_drop": seconds, "running_after": after, "scheduler": scheduler}
 
 
 CHECKS = {"agree": agree, "hol": no_head_of_line_blocking, "abort": abort_on_cancel}
