@@ -33,6 +33,10 @@ class OCREngine(Protocol):
     An engine that schedules its own batches sets `schedules_own_batches = True` and also
     implements `async infer_page(page) -> EngineResult`: the OCR replica then hands it each
     page as it comes, without `@serve.batch`, and `batch_limits` is not asked.
+
+    An engine that honours a request's generation knobs (`Generation`, app/schemas.py: the
+    OpenAI API's max_tokens...) sets `takes_generation = True`; it is then called as
+    `infer(pages, generation=[...])`, or `infer_page(page, generation)`.
     """
 
     info: EngineInfo

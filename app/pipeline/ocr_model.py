@@ -129,7 +129,10 @@ class OCRModel:
         self._rate.batch_started()
         done = 0
         try:
-            result = await self._engine.infer_page(image, page.generation)
+            if self._takes_generation:
+                result = await self._engine.infer_page(image, page.generation)
+            else:
+                result = await self._engine.infer_page(image)
             done = 1
         except Exception as exc:
             logger.exception("engine failed on request %s page %s", page.request_id, page.page_number)
