@@ -21,7 +21,7 @@ def test_three_node_cluster_scales_survives_node_loss_and_sheds_a_flood(tmp_path
     report_path = tmp_path / "cluster.json"
     result = subprocess.run(
         [sys.executable, str(ROOT / "load" / "cluster_scale.py"), "--report", str(report_path),
-         "--plot", str(tmp_path / "cluster.png")],
+         "--plot", str(tmp_path / "cluster.png"), "--short"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

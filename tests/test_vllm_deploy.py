@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,7 +20,7 @@ import yaml
 from app.ops.weights import write_manifest
 from app.synthetic import png_bytes, render_text_page
 from app.testkit.ports import free_port
-from app.testkit.processes import kill_group, kill_leftovers
+from app.testkit.processes import kill_leftovers
 from app.testkit.waits import wait_for
 from app.tools.tiny_vlm import build_qwen2_5_vl
 
@@ -51,10 +52,12 @@ def gpu_head():
         wait_for(lambda: httpx.get(f"{dashboard}/api/version", timeout=2).status_code == 200, 90, "dashboard",
                  not_up_yet=(httpx.HTTPError,))
         yield {"dashboard": dashboard, "http_port": ports["http"]}
-    finally:
-        subprocess.run([str(VLLM_BIN / "serve"), "shutdown", "-y", "-a", dashboard], env=cli_env(),
-                       capture_output=True, timeout=90)
-        kill_group(process)
+    finally:  # a throwaway cluster: killed outright (a graceful stop of vLLM replicas takes 20 s and more)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(30)
         kill_leftovers(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
 

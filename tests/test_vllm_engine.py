@@ -24,6 +24,12 @@ def tiny_qwen(tmp_path_factory) -> Path:
     return build_qwen2_5_vl(tmp_path_factory.mktemp("vllm") / "tiny-qwen")
 
 
+@pytest.fixture(scope="module")
+def checks(tiny_qwen, tmp_path_factory) -> dict:
+    """Every check's findings, from one process of the vLLM environment (vLLM is imported once)."""
+    return run_check("all", tiny_qwen, tmp_path_factory.mktemp("checks"))
+
+
 def run_check(name: str, model_dir: Path, tmp_path: Path) -> dict:
     assert VLLM_PYTHON.exists(), "the vLLM environment is missing: make install-vllm (make test builds it)"
     out = tmp_path / f"{name}.json"
@@ -34,10 +40,10 @@ def run_check(name: str, model_dir: Path, tmp_path: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def test_vllm_reads_every_page_token_for_token_as_the_transformers_engine(tiny_qwen, tmp_path):
+def test_vllm_reads_every_page_token_for_token_as_the_transformers_engine(checks):
     """Greedy, fp32: vLLM's tokens equal the `vlm` engine's for each page (the check that would have
     caught the missing image positions of issue 24); 8 pages at once read as each alone."""
-    seen = run_check("agree", tiny_qwen, tmp_path)
+    seen = checks["agree"]
     for expected, got in zip(seen["transformers"], seen["vllm"], strict=True):
         assert len(expected) >= 12 and got[:16] == expected[:16], (expected, got)
         assert got == expected
@@ -49,16 +55,16 @@ def test_vllm_reads_every_page_token_for_token_as_the_transformers_engine(tiny_q
     assert "stop" in seen["finish"] and "length" in seen["finish"]
 
 
-def test_short_pages_finish_before_a_long_one_sent_with_them(tiny_qwen, tmp_path):
+def test_short_pages_finish_before_a_long_one_sent_with_them(checks):
     """No head-of-line blocking: 1 page forced to 256 tokens and 7 to 16, sent together."""
-    finished = run_check("hol", tiny_qwen, tmp_path)["finished_s"]
+    finished = checks["hol"]["finished_s"]
     long_done = next(at for length, at in finished if length == 256)
     shorts = [at for length, at in finished if length == 16]
     assert len(shorts) == 7 and max(shorts) < long_done / 2, finished
 
 
-def test_a_cancelled_page_leaves_the_engine_within_a_second(tiny_qwen, tmp_path):
-    seen = run_check("abort", tiny_qwen, tmp_path)
+def test_a_cancelled_page_leaves_the_engine_within_a_second(checks):
+    seen = checks["abort"]
     assert seen["running_before"] == 1 and seen["running_after"] == 0, seen
     scheduler = seen["scheduler"]  # vLLM's stat logger reported the page running, and its KV cache in use
     assert scheduler["steps"] > 0 and (scheduler["running"], scheduler["waiting"]) == (1, 0), scheduler

@@ -1,6 +1,6 @@
 """The vllm engine's checks, run inside the vLLM environment (.venv-vllm) by tests/test_vllm_engine.py:
 
-    .venv-vllm/bin/python tests/vllm_checks.py CHECK MODEL_DIR OUT.json
+    .venv-vllm/bin/python tests/vllm_checks.py CHECK MODEL_DIR OUT.json    # CHECK: agree, hol, abort or all
 
 The reference for the tokens is the `vlm` engine (transformers) in the same process, on the same
 pages: its inputs are checked against the model's own processor in tests/test_vlm_reference.py.
@@ -115,6 +115,7 @@ def abort_on_cancel(model_dir: str) -> dict:
 
 
 CHECKS = {"agree": agree, "hol": no_head_of_line_blocking, "abort": abort_on_cancel}
+CHECKS["all"] = lambda model: {name: check(model) for name, check in list(CHECKS.items()) if name != "all"}
 
 if __name__ == "__main__":
     check, model, out = sys.argv[1:4]
