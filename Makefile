@@ -57,8 +57,10 @@ run-vllm: install-vllm
 status:
 	RAY_AUTH_MODE=token $(BIN)/serve status -a http://127.0.0.1:8265
 
-# The vllm engine's tests run under its own environment (tests/test_vllm_engine.py): built here first.
-test: install-test install-vllm
+# The vllm engine's tests run under its own environment (tests/test_vllm_engine.py): built here first,
+# beside the test venv (pip waits on the network and the disk more than on the CPU).
+test:
+	$(MAKE) -j2 install-test install-vllm
 	$(BIN)/python -m pytest -v -rs --durations=30 $(PYTEST_ARGS)
 
 accuracy: install

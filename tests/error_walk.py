@@ -25,6 +25,10 @@ def bad_requests(big_bytes: int) -> list[tuple[str, str, dict, int, str]]:
          400, "malformed_request"),
         ("POST", "/v1/chat/completions", {"json": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}},
          400, "missing_file"),
+        ("POST", "/v1/chat/completions", {"content": b"[" * 100_000, "headers": {"content-type": "application/json"}},
+         400, "malformed_request"),  # nested past Python's recursion limit
+        ("POST", "/v1/chat/completions", {"json": {"model": "m", "messages": ["not a message", 7]}},
+         400, "malformed_request"),
         ("POST", "/v1/chat/completions", {"content": b"x" * (2 * big_bytes), "headers": {"content-type": "application/json"}},
          413, "upload_too_large"),
         ("GET", "/v1/chat/completions", {}, 405, "method_not_allowed"),

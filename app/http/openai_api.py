@@ -89,8 +89,8 @@ def parse_chat(body: bytes, max_upload_bytes: int) -> tuple[ChatRequest, Upload]
     """The request and its one document; 4xx errors name what is wrong."""
     try:
         chat = ChatRequest.model_validate(json.loads(body or b"null"))
-    except (ValueError, ValidationError) as exc:
-        detail = exc.errors(include_url=False) if isinstance(exc, ValidationError) else str(exc)
+    except (ValueError, ValidationError, RecursionError) as exc:  # RecursionError: JSON nested past any sense
+        detail = exc.errors(include_url=False) if isinstance(exc, ValidationError) else str(exc)[:200]
         raise BadRequest(f"The request is not a valid chat completion request: {detail}",
                          code="malformed_request") from None
     urls = [part.get("image_url") for message in chat.messages if message.get("role") == "user"
