@@ -101,7 +101,7 @@ class VLLMEngine:
         options = self._options
         args = {
             "model": str(self._dir), "tokenizer": str(self._dir), "dtype": options.dtype,
-            "max_model_len": options.max_model_len, "max_num_seqs": options.max_num_seqs,
+            "max_model_len": self._max_model_len(), "max_num_seqs": options.max_num_seqs,
             "enable_prefix_caching": options.enable_prefix_caching,
             "mm_processor_cache_gb": options.mm_processor_cache_gb, "enforce_eager": options.enforce_eager,
             "trust_remote_code": options.trust_remote_code, "limit_mm_per_prompt": {"image": 1, "video": 0},
@@ -112,6 +112,19 @@ class VLLMEngine:
         if options.max_num_batched_tokens:
             args["max_num_batched_tokens"] = options.max_num_batched_tokens
         return args
+
+    def _max_model_len(self) -> int:
+        """vllm.max_model_len, within the model's own positions: vLLM refuses to start above them (a
+        small checkpoint under the default 8192 would not serve at all)."""
+        import json
+
+        config = json.loads((self._dir / "config.json").read_text())
+        limit = (config.get("text_config") or {}).get("max_position_embeddings") or config.get("max_position_embeddings")
+        if isinstance(limit, int) and 0 < limit < self._options.max_model_len:
+            logger.warning("vllm.max_model_len=%d is past the model's %d positions: using %d",
+                           self._options.max_model_len, limit, limit)
+            return limit
+        return self._options.max_model_len
 
     def load(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._options.cpu_kv_cache_gib))
