@@ -102,7 +102,11 @@ def test_eight_concurrent_requests_read_what_one_reads_through_the_vllm_engine(v
                          'ray_ocr_engine_pages{'):
                 if line.startswith(name) and ('state="running"' in line or name != 'ray_ocr_engine_pages{'):
                     values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-        return values if values.get("ray_ocr_engine_time_to_first_token_seconds_count", 0) >= 12 else {}
+        # Ray exports each metric on its own schedule: wait until both the first tokens and the tokens
+        # counted at each page's end have arrived (a count of one per page would never get there).
+        exported = values.get("ray_ocr_engine_time_to_first_token_seconds_count", 0) >= 12 and \
+            values.get("ray_ocr_engine_generated_tokens_total", 0) >= tokens
+        return values if exported else {}
 
     values = wait_for(scraped, 60, "the engine metrics exported")
     assert values["ray_ocr_engine_generated_tokens_total"] >= tokens  # the warm-up's tokens come on top
