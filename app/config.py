@@ -13,6 +13,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.engine_options import VLLMOptions, VLMOptions
+from app.jobs.settings import Jobs
 
 
 class DecodeLimits(BaseModel):
@@ -142,41 +143,6 @@ class Readiness(BaseModel):
     refresh_s: float = Field(
         5.0, ge=0.5, description="Seconds between two serve.status() calls of one ingress replica."
     )
-
-
-class Jobs(BaseModel):
-    """Async jobs for long documents (app/jobs): where their state lives and how they share the graph."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    store: Optional[str] = Field(
-        None, description="sqlite:///ABSOLUTE/PATH (one node) or redis://HOST:PORT/DB (the fleet); unset: no /v1/jobs."
-    )
-    redis_password_file: Optional[str] = Field(
-        None, description="File holding the Redis password (requirepass); never put it in the URL or the config."
-    )
-    require_aof: bool = Field(
-        True, description="Refuse a Redis without appendonly: a restart of it would lose accepted jobs."
-    )
-    max_pages: int = Field(2000, gt=0, description="Most pages one job may expand to (after `pages`).")
-    max_upload_bytes: int = Field(500 * 1024 * 1024, gt=0, description="Largest accepted job document.")
-    upload_read_timeout_s: float = Field(300.0, gt=0, description="A job's whole document must arrive within this; else 408.")
-    ttl_s: float = Field(86400.0, gt=0, description="Finished jobs and their results are deleted this long after they end.")
-    page_retries: int = Field(3, ge=0, le=10, description="Retries of a job's page after a retryable error (the "
-                              "rule of the top-level page_retries), then it is failed.")
-    max_page_error_rate: float = Field(
-        0.004, ge=0, le=1, description="Failed pages at or under this share end a job `partial`; above it, `failed`."
-    )
-    max_inflight_pages: int = Field(
-        2, ge=1, description="Pages of one job in the graph at once, so one long job cannot starve the rest "
-        "(2 keeps synchronous p95 within 3x on a 2-core machine, load/jobs_fairness.py; the fleet file sets 8)."
-    )
-    runner_replicas: int = Field(1, ge=1, description="JobRunner replicas; each lease is one job on one runner.")
-    jobs_per_runner: int = Field(2, ge=1, description="Jobs one runner replica works on at once.")
-    lease_s: float = Field(
-        10.0, ge=1, description="A runner's claim on a job; renewed every third of it. A lapsed lease is taken over."
-    )
-    poll_s: float = Field(1.0, gt=0, description="How often an idle runner looks for queued jobs.")
 
 
 class Logging(BaseModel):

@@ -100,6 +100,24 @@ class ServiceUnavailable(OCRServiceError):
         super().__init__(message, code=code, retry_after_s=retry_after_s)
 
 
+class QuotaExceeded(OCRServiceError):
+    """A client is past one of its own limits (app/jobs/quotas.py); the message names the limit."""
+
+    status, code, retryable = 429, "quota_exceeded", True
+
+    def __init__(self, message: str, *, code: Optional[str] = None, retry_after_s: Optional[int] = 30):
+        super().__init__(message, code=code, retry_after_s=retry_after_s)
+
+
+class InsufficientStorage(OCRServiceError):
+    """The job store is full (its cap, or the disk): nothing was accepted; retry once space is freed."""
+
+    status, code, retryable = 507, "insufficient_storage", True
+
+    def __init__(self, message: str, *, code: Optional[str] = None, retry_after_s: Optional[int] = 60):
+        super().__init__(message, code=code, retry_after_s=retry_after_s)
+
+
 class EngineFailure(OCRServiceError):
     """The engine raised on a page it had accepted: our fault, so a 500 that says so."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import uuid
 
@@ -11,9 +12,15 @@ import redis
 
 from app.config import Jobs, Settings
 from app.jobs.model import Job
-from app.jobs.sqlite_store import _SCHEMA
+from app.jobs.sqlite_store import _ADDED_COLUMNS, _SCHEMA
 from app.jobs.store import open_store
+from app.errors import InsufficientStorage, QuotaExceeded
+from app.jobs.quotas import Admission
+from app.jobs.redis_store import RedisJobStore
+from app.jobs.settings import JobQuotas
+from app.jobs.store import DocumentLost
 from app.testkit.redis_server import redis_server
+from app.testkit.tmpfs import small_tmpfs
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +66,14 @@ def test_a_sqlite_store_from_before_orientation_gains_the_column(tmp_path):
     import sqlite3
 
     path = tmp_path / "old.sqlite3"
-    old_schema = _SCHEMA.replace(", orientation TEXT", "")
-    assert old_schema != _SCHEMA
+    old_schema = _SCHEMA
+    for name, kind in _ADDED_COLUMNS.items():
+        old_schema = old_schema.replace(f", {name} {kind}", "")
+    old_schema = old_schema.replace("CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);", "")
+    assert "orientation" not in old_schema and "stored_bytes" not in old_schema
     sqlite3.connect(path).executescript(old_schema)
     store = open_store(Jobs.model_validate({"store": f"sqlite:///{path}"}))
-    job, _ = store.create(dataclasses.replace(new_job(), orientation="off"), b"doc")
+    job, _ = store.create(dataclasses.replace(new_job(), orientation="off"), b"doc", admission=ADMISSION)
     assert store.get(job.id).orientation == "off"
     store.close()
 
@@ -184,3 +194,142 @@ def test_unfinished_counts_follow_claims_finishes_and_deletes(store):
     assert store.finish(claimed.id, "runner-a", "succeeded", ttl_s=60)
     assert store.delete(next(job.id for job in jobs if job.id != claimed.id))
     assert store.unfinished_counts() == {"queued": 1, "running": 0}  # finished and deleted jobs leave it
+
+
+ADMISSION = Admission(JobQuotas(), max_store_bytes=10**12)
+
+
+def limits(**quotas) -> Admission:
+    return Admission(JobQuotas(**quotas), max_store_bytes=10**12)
+
+
+def test_claims_take_turns_between_clients(store):
+    backlog = [store.create(new_job(client="alice"), b"doc")[0] for _ in range(3)]
+    time.sleep(0.01)
+    small, _ = store.create(new_job(pages=[1], client="bob"), b"doc")
+    first = store.claim("runner", 30)
+    assert first.id == backlog[0].id  # nobody served yet: the oldest job
+    store.release(first.id, "runner")  # the end of its turn
+    assert store.claim("runner", 30).id == small.id  # bob's turn before alice's second one
+    assert store.claim("runner", 30).id == backlog[0].id  # then alice again, her oldest unfinished job first
+
+
+def test_a_submit_past_a_quota_is_refused_and_names_it(store):
+    two_jobs = limits(max_queued_jobs=2, max_queued_pages=5, max_stored_bytes=1000)
+    first, _ = store.create(new_job(client="alice", pages=[1, 2]), b"d" * 100, admission=two_jobs)
+    second, _ = store.create(new_job(client="alice", pages=[1, 2]), b"d" * 100, admission=two_jobs)
+    with pytest.raises(QuotaExceeded, match="jobs.quotas.max_queued_jobs=2") as refused:
+        store.create(new_job(client="alice", pages=[1]), b"d", admission=two_jobs)
+    assert refused.value.status == 429 and refused.value.retry_after_s
+    assert store.create(new_job(client="bob", pages=[1]), b"d", admission=two_jobs)[1]  # another client's own
+    assert store.finish(first.id, None, "succeeded", ttl_s=60)  # one job fewer unfinished; its document goes
+    with pytest.raises(QuotaExceeded, match="holds 2 pages in unfinished jobs; .*max_queued_pages=5"):
+        store.create(new_job(client="alice", pages=[1, 2, 3, 4]), b"d", admission=two_jobs)
+    other, _ = store.create(new_job(client="alice", pages=[1]), b"d" * 100, admission=two_jobs)
+    store.delete(other.id)
+    store.record_page(second.id, 1, result={"text": "t" * 700})  # results count: 100 + ~713 bytes, then 250 more
+    with pytest.raises(QuotaExceeded, match="max_stored_bytes=1000"):
+        store.create(new_job(client="alice", pages=[1]), b"d" * 250, admission=limits(max_stored_bytes=1000))
+
+
+def test_concurrent_submits_neither_pass_a_quota_nor_split_an_idempotency_key(store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    three = limits(max_queued_jobs=3)
+
+    def submit(_):
+        try:
+            return store.create(new_job(client="carol"), b"doc", admission=three)[1]
+        except QuotaExceeded:
+            return None
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(submit, range(8)))
+        assert outcomes.count(True) == 3 and outcomes.count(None) == 5
+        same_key = list(pool.map(lambda _: store.create(new_job(client="dave"), b"doc", "one-key"), range(8)))
+    assert len({job.id for job, _ in same_key}) == 1 and sum(created for _, created in same_key) == 1
+
+
+def test_the_store_cap_refuses_with_507(store):
+    with pytest.raises(InsufficientStorage, match="jobs.max_store_bytes=1"):
+        store.create(new_job(), b"doc", admission=Admission(JobQuotas(), max_store_bytes=1))
+    assert store.unfinished_counts() == {"queued": 0, "running": 0}
+
+
+def test_unfinished_jobs_fail_past_their_age_limit(store):
+    old, _ = store.create(new_job(), b"doc")
+    time.sleep(1.1)
+    young, _ = store.create(new_job(), b"doc")
+    assert store.expire_unfinished(max_age_s=1.0, ttl_s=60) == 1
+    expired = store.get(old.id)
+    assert expired.status == "failed" and expired.error["code"] == "job_expired"
+    assert store.get(young.id).status == "queued"
+
+
+def test_a_lost_document_is_told_apart_from_a_deleted_job(store):
+    job, _ = store.create(new_job(), bytes(range(256)) * 5000)
+    if isinstance(store, RedisJobStore):
+        store._redis.delete(f"ocrjobs:doc:{job.id}:1")  # as an evicting Redis would
+    else:
+        store._transaction(lambda db: db.execute("DELETE FROM documents WHERE job_id=?", (job.id,)))
+    with pytest.raises(DocumentLost):
+        store.document(job.id)
+    store.delete(job.id)
+    assert store.document(job.id) is None
+
+
+def test_redis_with_an_evicting_policy_is_refused():
+    with redis_server() as url:
+        redis.Redis.from_url(url).config_set("maxmemory-policy", "allkeys-lru")
+        with pytest.raises(RuntimeError, match="maxmemory-policy allkeys-lru"):
+            open_store(Jobs.model_validate({"store": url}))
+
+
+def test_redis_at_its_maxmemory_is_507_and_takes_jobs_again_when_freed():
+    with redis_server() as url:
+        store = open_store(Jobs.model_validate({"store": url}))
+        first, _ = store.create(new_job(), b"x" * 300_000)
+        store._redis.config_set("maxmemory", str(int(store._redis.info("memory")["used_memory"]) + 100_000))
+        with pytest.raises(InsufficientStorage, match="maxmemory"):
+            store.create(new_job(), b"y" * 400_000, admission=ADMISSION)
+        store.delete(first.id)
+        assert store.create(new_job(), b"y" * 150_000, admission=ADMISSION)[1]
+
+
+def test_a_full_disk_is_507_and_the_sqlite_store_works_again_once_space_is_freed():
+    with small_tmpfs(4 * 1024 * 1024) as directory:
+        store = open_store(Jobs.model_validate({"store": f"sqlite:///{directory}/jobs.sqlite3"}))
+        job, _ = store.create(new_job(), b"doc")
+        for name in ("jobs.sqlite3", "jobs.sqlite3-wal", "jobs.sqlite3-shm"):  # strangers' documents
+            assert os.stat(f"{directory}/{name}").st_mode & 0o777 == 0o600, name
+        with open(f"{directory}/filler", "wb") as filler:  # another tenant of the disk fills it
+            with pytest.raises(OSError):
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+        with pytest.raises(InsufficientStorage, match="min_free_bytes=0 would no longer be free"):
+            store.create(new_job(), os.urandom(300_000), admission=ADMISSION)
+        with pytest.raises(InsufficientStorage, match="no space left"):  # past the admission check: SQLite's own
+            store.create(new_job(), os.urandom(300_000))
+        with pytest.raises(InsufficientStorage):
+            store.record_page(job.id, 1, result={"text": "t" * 300_000})
+        assert store.get(job.id).status == "queued"  # reads go on
+        os.remove(f"{directory}/filler")
+        assert store.create(new_job(), os.urandom(300_000), admission=ADMISSION)[1]  # no transaction left open
+        assert store.record_page(job.id, 1, result={"text": "t"})
+        store.close()
+
+
+def test_a_sqlite_submit_that_would_eat_the_free_space_floor_is_507():
+    with small_tmpfs(8 * 1024 * 1024) as directory:
+        store = open_store(Jobs.model_validate({"store": f"sqlite:///{directory}/jobs.sqlite3"}))
+        floor = Admission(JobQuotas(), max_store_bytes=10**12, min_free_bytes=4 * 1024 * 1024)
+        accepted = []
+        with pytest.raises(InsufficientStorage, match="min_free_bytes"):
+            for _ in range(20):
+                accepted.append(store.create(new_job(), os.urandom(500_000), admission=floor)[0])
+        assert 2 <= len(accepted) < 8
+        for job in accepted:
+            store.delete(job.id)  # the floor left room for the deletes
+        assert store.create(new_job(), os.urandom(500_000), admission=floor)[1]  # freed pages count as free
+        store.close()

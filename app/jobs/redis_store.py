@@ -1,11 +1,17 @@
 """The fleet's store: one Redis (AOF on), reached from every node.
 
 Keys, under `ocrjobs:`: `job:ID` (a hash), `doc:ID:N` (the document in 1 MiB chunks),
-`results:ID` and `errors:ID` (page number -> JSON), `idem:CLIENT:KEY`, and `queue` (unfinished
-job ids by creation time). Every change that reads before it writes is one Lua script, so
-it is atomic on the server; leases are timed by the server's clock, so nodes whose clocks
-drift cannot steal each other's jobs. A finished job's keys get the job's TTL and expire
-by themselves; its document is dropped at once.
+`results:ID` and `errors:ID` (page number -> JSON), `idem:CLIENT:KEY`, `queue` (unfinished
+job ids by creation time), `cqueue:CLIENT` (the same, per client), `cjobs:CLIENT` (a client's
+jobs, finished ones until they expire: its quota usage) and `turns` (client -> time of its
+last claim). Every change that reads before it writes is one Lua script, so it is atomic on
+the server: the submit checks the Idempotency-Key and the client's quotas and creates the job
+in one step. Leases are timed by the server's clock, so nodes whose clocks drift cannot steal
+each other's jobs. A finished job's keys get the job's TTL and expire by themselves; its
+document is dropped at once.
+
+Redis must not evict (`maxmemory-policy noeviction`, checked at start): an evicted chunk
+would lose an accepted document. A Redis at its maxmemory answers OOM: that is 507.
 """
 
 from __future__ import annotations
@@ -18,28 +24,84 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from app.jobs.model import Job
-from app.jobs.store import JobStore
+from app.jobs.quotas import QUOTA_NAMES, Admission, quota_exceeded, store_full
+from app.jobs.store import DocumentLost, JobStore
 
 PREFIX = "ocrjobs:"
 CHUNK_BYTES = 1024 * 1024
+ORPHAN_CHUNK_TTL_S = 3600  # chunks written for a submit that never became a job
 _FIELDS = ("status", "client", "content_type", "filename", "document_sha256", "pages", "created_at", "started_at",
            "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation")
 
-# KEYS: queue. ARGV: owner, lease_s, prefix. The oldest unfinished job with a free or lapsed lease.
+# ARGV: prefix, id, idempotency key ('' none), client, created_at, pages, bytes, chunks, the three quotas
+# (jobs, pages, bytes), then the job's fields. {'exists', id} | {'quota', name, used} | {'created', id}.
+_CREATE = """
+local p, id, idem, client = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if idem ~= '' then
+  local existing = redis.call('GET', idem)
+  if existing and redis.call('EXISTS', p .. 'job:' .. existing) == 1 then return {'exists', existing} end
+end
+local cjobs = p .. 'cjobs:' .. client
+local jobs, pages, bytes = 0, 0, 0
+for _, other in ipairs(redis.call('ZRANGE', cjobs, 0, -1)) do
+  local s = redis.call('HMGET', p .. 'job:' .. other, 'status', 'page_count', 'stored_bytes')
+  if not s[1] then
+    redis.call('ZREM', cjobs, other)
+  else
+    bytes = bytes + tonumber(s[3] or '0')
+    if s[1] == 'queued' or s[1] == 'running' then jobs = jobs + 1; pages = pages + tonumber(s[2] or '0') end
+  end
+end
+if jobs + 1 > tonumber(ARGV[9]) then return {'quota', 'max_queued_jobs', tostring(jobs)} end
+if pages + tonumber(ARGV[6]) > tonumber(ARGV[10]) then return {'quota', 'max_queued_pages', tostring(pages)} end
+if bytes + tonumber(ARGV[7]) > tonumber(ARGV[11]) then return {'quota', 'max_stored_bytes', tostring(bytes)} end
+redis.call('HSET', p .. 'job:' .. id, unpack(ARGV, 12))
+for n = 0, tonumber(ARGV[8]) - 1 do redis.call('PERSIST', p .. 'doc:' .. id .. ':' .. n) end
+if idem ~= '' then redis.call('SET', idem, id) end
+local created = tonumber(ARGV[5])
+redis.call('ZADD', cjobs, created, id)
+redis.call('ZADD', p .. 'cqueue:' .. client, created, id)
+redis.call('ZADD', p .. 'turns', 'NX', 0, client)
+redis.call('ZADD', p .. 'queue', created, id)
+return {'created', id}
+"""
+# ARGV: owner, lease_s, prefix. Of the client whose last claim is oldest, its oldest job with a free
+# or lapsed lease.
 _CLAIM = """
 local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, 499)) do
-  local key = ARGV[3] .. 'job:' .. id
-  local s = redis.call('HMGET', key, 'status', 'lease_until')
-  if not s[1] then
-    redis.call('ZREM', KEYS[1], id)
-  elseif (s[1] == 'queued' or s[1] == 'running') and tonumber(s[2] or '0') < now then
-    redis.call('HSET', key, 'owner', ARGV[1], 'lease_until', tostring(now + tonumber(ARGV[2])), 'status', 'running')
-    if (redis.call('HGET', key, 'started_at') or '') == '' then redis.call('HSET', key, 'started_at', tostring(now)) end
-    return id
+local p = ARGV[3]
+for _, client in ipairs(redis.call('ZRANGE', p .. 'turns', 0, -1)) do
+  local cqueue = p .. 'cqueue:' .. client
+  local ids = redis.call('ZRANGE', cqueue, 0, 199)
+  if #ids == 0 then redis.call('ZREM', p .. 'turns', client) end
+  for _, id in ipairs(ids) do
+    local key = p .. 'job:' .. id
+    local s = redis.call('HMGET', key, 'status', 'lease_until')
+    if not s[1] or (s[1] ~= 'queued' and s[1] ~= 'running') then
+      redis.call('ZREM', cqueue, id)
+    elseif tonumber(s[2] or '0') < now then
+      redis.call('HSET', key, 'owner', ARGV[1], 'lease_until', tostring(now + tonumber(ARGV[2])), 'status', 'running')
+      if (redis.call('HGET', key, 'started_at') or '') == '' then redis.call('HSET', key, 'started_at', tostring(now)) end
+      redis.call('ZADD', p .. 'turns', now, client)
+      return id
+    end
   end
 end
 return false
+"""
+# ARGV: prefix. Unfinished jobs of a store written before the per-client queues join them (idempotent).
+_ADOPT = """
+local p = ARGV[1]
+local all = redis.call('ZRANGE', p .. 'queue', 0, -1, 'WITHSCORES')
+for i = 1, #all, 2 do
+  local client = redis.call('HGET', p .. 'job:' .. all[i], 'client')
+  if client then
+    redis.call('ZADD', p .. 'cqueue:' .. client, 'NX', all[i + 1], all[i])
+    redis.call('ZADD', p .. 'cjobs:' .. client, 'NX', all[i + 1], all[i])
+    redis.call('ZADD', p .. 'turns', 'NX', 0, client)
+  end
+end
+return 1
 """
 # KEYS: queue. ARGV: prefix. {queued, running} over the unfinished jobs, in one round trip.
 _COUNT = """
@@ -68,11 +130,12 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' and status ~= 'running' then return 0 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 0 end
 if ARGV[2] == 'result' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) else redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
+redis.call('HINCRBY', KEYS[1], 'stored_bytes', string.len(ARGV[3]))
 return 1
 """
 # KEYS: job, results, errors, queue. ARGV: owner ('' = anyone), status, ttl_s, error, engine, id, prefix.
 _FINISH = """
-local s = redis.call('HMGET', KEYS[1], 'status', 'owner', 'doc_chunks', 'idem_key')
+local s = redis.call('HMGET', KEYS[1], 'status', 'owner', 'doc_chunks', 'idem_key', 'client', 'document_bytes')
 if s[1] ~= 'queued' and s[1] ~= 'running' then return 0 end
 if ARGV[1] ~= '' and s[2] ~= ARGV[1] then return 0 end
 local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -81,6 +144,9 @@ redis.call('HSET', KEYS[1], 'status', ARGV[2], 'finished_at', tostring(now), 'ex
            'error', ARGV[4], 'engine', ARGV[5], 'owner', '', 'lease_until', '0')
 for n = 0, tonumber(s[3] or '0') - 1 do redis.call('DEL', ARGV[7] .. 'doc:' .. ARGV[6] .. ':' .. n) end
 redis.call('ZREM', KEYS[4], ARGV[6])
+redis.call('ZREM', ARGV[7] .. 'cqueue:' .. (s[5] or ''), ARGV[6])
+redis.call('HINCRBY', KEYS[1], 'stored_bytes', -tonumber(s[6] or '0'))
+redis.call('HSET', KEYS[1], 'document_bytes', '0')
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
 if s[4] and s[4] ~= '' then redis.call('EXPIRE', s[4], ttl) end
 return 1
@@ -99,30 +165,49 @@ class RedisJobStore(JobStore):
         if require_aof and str(self._redis.info("persistence").get("aof_enabled")) != "1":
             raise RuntimeError("The Redis at jobs.store has appendonly off: a restart of it would lose accepted jobs. "
                                "Start it with --appendonly yes (or set jobs.require_aof: false).")
-        self._claim, self._renew, self._release, self._record, self._finish, self._count = (
-            self._redis.register_script(source) for source in (_CLAIM, _RENEW, _RELEASE, _RECORD, _FINISH, _COUNT))
+        policy = self._redis.info("memory").get("maxmemory_policy", "noeviction")
+        if policy != "noeviction":
+            raise RuntimeError(f"The Redis at jobs.store evicts keys (maxmemory-policy {policy}): it would drop "
+                               "accepted documents and results. Start it with --maxmemory-policy noeviction.")
+        self._create, self._claim, self._renew, self._release, self._record, self._finish, self._count = (
+            self._redis.register_script(source)
+            for source in (_CREATE, _CLAIM, _RENEW, _RELEASE, _RECORD, _FINISH, _COUNT))
+        self._redis.register_script(_ADOPT)(args=[PREFIX])
 
     @staticmethod
     def _key(kind: str, job_id: str) -> str:
         return f"{PREFIX}{kind}:{job_id}"
 
-    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None) -> tuple[Job, bool]:
+    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None,
+               admission: Optional[Admission] = None) -> tuple[Job, bool]:
+        if admission is not None:
+            used = int(self._redis.info("memory").get("used_memory", 0))
+            if used + len(document) > admission.max_store_bytes:
+                raise store_full(f"jobs.max_store_bytes={admission.max_store_bytes}")
         idem = f"{PREFIX}idem:{job.client}:{idempotency_key}" if idempotency_key else ""
-        if idem and not self._redis.set(idem, job.id, nx=True):
-            existing = self.get(self._redis.get(idem).decode())
-            if existing is not None:
-                return existing, False
-            self._redis.set(idem, job.id)  # the key's job expired or was deleted: this one takes it
         chunks = [document[i:i + CHUNK_BYTES] for i in range(0, len(document), CHUNK_BYTES)] or [b""]
         fields = {name: _encode(getattr(job, name)) for name in _FIELDS}
-        fields.update(doc_chunks=str(len(chunks)), idem_key=idem)
-        pipe = self._redis.pipeline(transaction=True)
-        for n, chunk in enumerate(chunks):
-            pipe.set(f"{PREFIX}doc:{job.id}:{n}", chunk)
-        pipe.hset(self._key("job", job.id), mapping=fields)
-        pipe.zadd(f"{PREFIX}queue", {job.id: job.created_at})  # last: a runner never sees a job without its document
-        pipe.execute()
-        return self.get(job.id), True
+        fields.update(doc_chunks=str(len(chunks)), idem_key=idem, page_count=str(len(job.pages)),
+                      document_bytes=str(len(document)), stored_bytes=str(len(document)))
+        quotas = [admission.limit(name) if admission else 2**53 for name in QUOTA_NAMES]
+        try:
+            # The chunks first, with a deadline: the script makes them permanent with the job, and chunks of
+            # a submit that was refused (or whose writer died) go by themselves.
+            pipe = self._redis.pipeline(transaction=False)
+            for n, chunk in enumerate(chunks):
+                pipe.set(f"{PREFIX}doc:{job.id}:{n}", chunk, ex=ORPHAN_CHUNK_TTL_S)
+            pipe.execute()
+            outcome = self._create(args=[PREFIX, job.id, idem, job.client, job.created_at, len(job.pages),
+                                         len(document), len(chunks), *quotas,
+                                         *[item for pair in fields.items() for item in pair]])
+        except redis.exceptions.OutOfMemoryError as exc:
+            raise store_full("the Redis at jobs.store is at its maxmemory") from exc
+        kind, value = outcome[0].decode(), outcome[1].decode()
+        if kind != "created":
+            self._redis.delete(*[f"{PREFIX}doc:{job.id}:{n}" for n in range(len(chunks))])
+        if kind == "quota":
+            raise quota_exceeded(job.client, value, int(outcome[2]), admission)
+        return self.get(value), kind == "created"
 
     def get(self, job_id: str) -> Optional[Job]:
         pipe = self._redis.pipeline(transaction=True)
@@ -137,7 +222,7 @@ class RedisJobStore(JobStore):
         return job
 
     def claim(self, owner: str, lease_s: float) -> Optional[Job]:
-        job_id = self._claim(keys=[f"{PREFIX}queue"], args=[owner, lease_s, PREFIX])
+        job_id = self._claim(args=[owner, lease_s, PREFIX])
         return self.get(job_id.decode()) if job_id else None
 
     def renew(self, job_id: str, owner: str, lease_s: float) -> bool:
@@ -151,13 +236,20 @@ class RedisJobStore(JobStore):
         if chunks is None:
             return None
         parts = self._redis.mget([f"{PREFIX}doc:{job_id}:{n}" for n in range(int(chunks))])
-        return None if any(part is None for part in parts) else b"".join(parts)
+        if any(part is None for part in parts):
+            if self._redis.hget(self._key("job", job_id), "status") in (b"queued", b"running"):
+                raise DocumentLost(job_id)
+            return None
+        return b"".join(parts)
 
     def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
                     error: Optional[dict] = None) -> bool:
         kind, body = ("result", result) if result is not None else ("error", error)
         keys = [self._key("job", job_id), self._key("results", job_id), self._key("errors", job_id)]
-        return self._record(keys=keys, args=[page_number, kind, json.dumps(body, separators=(",", ":"))]) == 1
+        try:
+            return self._record(keys=keys, args=[page_number, kind, json.dumps(body, separators=(",", ":"))]) == 1
+        except redis.exceptions.OutOfMemoryError as exc:
+            raise store_full("the Redis at jobs.store is at its maxmemory") from exc
 
     def recorded_pages(self, job_id: str) -> set[int]:
         pipe = self._redis.pipeline(transaction=False)
@@ -181,16 +273,22 @@ class RedisJobStore(JobStore):
         return self._finish(keys=keys, args=args) == 1
 
     def delete(self, job_id: str) -> bool:
-        chunks, idem = self._redis.hmget(self._key("job", job_id), ["doc_chunks", "idem_key"])
+        chunks, idem, client = self._redis.hmget(self._key("job", job_id), ["doc_chunks", "idem_key", "client"])
         keys = [self._key(kind, job_id) for kind in ("job", "results", "errors")]
         keys += [f"{PREFIX}doc:{job_id}:{n}" for n in range(int(chunks or 0))]
         if idem:
             keys.append(idem.decode())
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self._redis.pipeline(transaction=False)  # MULTI is refused at maxmemory; a delete must work there
         pipe.delete(*keys)
         pipe.zrem(f"{PREFIX}queue", job_id)
-        existed, _ = pipe.execute()
+        if client:
+            pipe.zrem(f"{PREFIX}cqueue:{client.decode()}", job_id)
+            pipe.zrem(f"{PREFIX}cjobs:{client.decode()}", job_id)
+        existed = pipe.execute()[0]
         return existed > 0
+
+    def unfinished_created_before(self, cutoff: float) -> list[str]:
+        return [job_id.decode() for job_id in self._redis.zrangebyscore(f"{PREFIX}queue", "-inf", f"({cutoff}")]
 
     def unfinished_counts(self) -> dict[str, int]:
         counts = self._count(keys=[f"{PREFIX}queue"], args=[PREFIX])

@@ -2,6 +2,12 @@
 
 Each change is one transaction; `BEGIN IMMEDIATE` takes the write lock up front so that two
 runners claiming at once serialise instead of both reading the same free job.
+
+Durability: WAL with `synchronous=FULL`, so a job answered 202 survives a power cut, not
+only a process crash (NORMAL may lose the last commits then). A full disk (SQLITE_FULL) rolls
+the transaction back (SQLite leaves a failed COMMIT open) and raises InsufficientStorage;
+the connection stays usable and works again once space is freed. The file and its -wal and
+-shm companions are 0600 from creation: SQLite gives the companions the database's mode.
 """
 
 from __future__ import annotations
@@ -13,16 +19,21 @@ import threading
 import time
 from typing import Optional
 
+from app.errors import InsufficientStorage
 from app.jobs.model import FINISHED, QUEUED, RUNNING, Job
-from app.jobs.store import JobStore
+from app.jobs.quotas import Admission, Usage, first_exceeded, quota_exceeded, store_full
+from app.jobs.store import DocumentLost, JobStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, status TEXT NOT NULL, client TEXT NOT NULL, content_type TEXT, filename TEXT,
     document_sha256 TEXT NOT NULL, pages TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL,
     finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
-    idempotency_key TEXT, orientation TEXT);
+    idempotency_key TEXT, orientation TEXT, page_count INTEGER NOT NULL DEFAULT 0,
+    document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
+CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);
+CREATE TABLE IF NOT EXISTS turns (client TEXT PRIMARY KEY, last REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS page_results (
     job_id TEXT NOT NULL, page_number INTEGER NOT NULL, result TEXT, error TEXT,
@@ -33,62 +44,108 @@ CREATE TABLE IF NOT EXISTS idempotency (
 _COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
             "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation")
 _UNFINISHED = (QUEUED, RUNNING)
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
+# Columns added after the first release, with their type: an older file gains them at open.
+_ADDED_COLUMNS = {"orientation": "TEXT", "page_count": "INTEGER NOT NULL DEFAULT 0",
+                  "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0"}
 
 
 class SQLiteJobStore(JobStore):
     def __init__(self, path: str):
         if not os.path.isabs(path):
             raise ValueError(f"jobs.store needs an absolute path (sqlite:///ABSOLUTE/PATH), not {path!r}")
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        self._directory = os.path.dirname(path)
+        os.makedirs(self._directory, mode=0o700, exist_ok=True)
+        # Documents of strangers: readable by the service account only, from the first byte.
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives a process crash
+        self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")  # the log shrinks back after checkpoints
         self._db.executescript(_SCHEMA)
         self._add_missing_columns()
-        try:
-            os.chmod(path, 0o600)  # documents of strangers: readable by the service account only
-        except OSError:
-            pass
 
     def _add_missing_columns(self) -> None:
-        """A store written before `orientation` existed gains the column (NULL: the settings' mode)."""
+        """A store written by an earlier release gains the newer columns (orientation NULL: the settings')."""
         present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "orientation" not in present:
-            self._db.execute("ALTER TABLE jobs ADD COLUMN orientation TEXT")
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
     def _transaction(self, work):
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._db.execute("BEGIN IMMEDIATE")
                 outcome = work(self._db)
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("COMMIT")
+                return outcome
+            except BaseException as exc:
+                if self._db.in_transaction:  # a failed COMMIT (SQLITE_FULL) leaves the transaction open
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(exc, sqlite3.Error) and _is_full(exc):
+                    raise store_full("the disk under the SQLite store has no space left") from exc
                 raise
-            self._db.execute("COMMIT")
-            return outcome
 
     def _query(self, sql: str, params: tuple = ()) -> list:
         with self._lock:
             return self._db.execute(sql, params).fetchall()
 
-    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None) -> tuple[Job, bool]:
+    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None,
+               admission: Optional[Admission] = None) -> tuple[Job, bool]:
         def work(db):
             if idempotency_key:
                 row = db.execute("SELECT job_id FROM idempotency WHERE client=? AND key=?",
                                  (job.client, idempotency_key)).fetchone()
                 if row and db.execute("SELECT 1 FROM jobs WHERE id=?", (row[0],)).fetchone():
                     return row[0], False
+            if admission is not None:
+                self._admit(db, job, len(document), admission)
+            if idempotency_key:
                 db.execute("INSERT OR REPLACE INTO idempotency VALUES (?,?,?)", (job.client, idempotency_key, job.id))
-            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, idempotency_key) "
-                       f"VALUES ({', '.join('?' * (len(_COLUMNS) + 1))})",
-                       (*_row(job), idempotency_key))
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, idempotency_key, page_count, document_bytes, "
+                       f"stored_bytes) VALUES ({', '.join('?' * (len(_COLUMNS) + 4))})",
+                       (*_row(job), idempotency_key, len(job.pages), len(document), len(document)))
             db.execute("INSERT INTO documents VALUES (?,?)", (job.id, sqlite3.Binary(document)))
             return job.id, True
 
-        job_id, created = self._transaction(work)
+        try:
+            job_id, created = self._transaction(work)
+        except InsufficientStorage:
+            # Space may sit in the write-ahead log, already copied into pages the file can reuse:
+            # fold the log into the file and truncate it, then look once more.
+            self._checkpoint()
+            job_id, created = self._transaction(work)
         return self.get(job_id), created
+
+    def _checkpoint(self) -> None:
+        with self._lock:
+            try:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error:
+                pass
+
+    def _admit(self, db, job: Job, size: int, admission: Admission) -> None:
+        jobs, pages, stored = db.execute(
+            "SELECT COALESCE(SUM(status IN (?,?)), 0), COALESCE(SUM(CASE WHEN status IN (?,?) THEN page_count END), 0), "
+            "COALESCE(SUM(stored_bytes), 0) FROM jobs WHERE client=?", (*_UNFINISHED, *_UNFINISHED, job.client)
+        ).fetchone()
+        exceeded = first_exceeded(Usage(jobs, pages, stored), len(job.pages), size, admission)
+        if exceeded:
+            raise quota_exceeded(job.client, *exceeded, admission)
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        reusable = db.execute("PRAGMA freelist_count").fetchone()[0] * page_size
+        used = db.execute("PRAGMA page_count").fetchone()[0] * page_size - reusable
+        if used + size > admission.max_store_bytes:
+            raise store_full(f"jobs.max_store_bytes={admission.max_store_bytes}")
+        disk = os.statvfs(self._directory)
+        # The document passes through the write-ahead log before it lands in the file: room for both.
+        if disk.f_bavail * disk.f_frsize + reusable - 2 * size < admission.min_free_bytes:
+            raise store_full(f"jobs.min_free_bytes={admission.min_free_bytes} would no longer be free on its disk")
 
     def get(self, job_id: str) -> Optional[Job]:
         rows = self._query(f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE id=?", (job_id,))
@@ -102,12 +159,16 @@ class SQLiteJobStore(JobStore):
     def claim(self, owner: str, lease_s: float) -> Optional[Job]:
         def work(db):
             now = time.time()
-            row = db.execute("SELECT id FROM jobs WHERE status IN (?,?) AND lease_until < ? ORDER BY created_at LIMIT 1",
-                             (*_UNFINISHED, now)).fetchone()
+            row = db.execute(
+                "SELECT jobs.id, jobs.client FROM jobs LEFT JOIN turns ON turns.client = jobs.client "
+                "WHERE status IN (?,?) AND lease_until < ? ORDER BY COALESCE(turns.last, 0), created_at LIMIT 1",
+                (*_UNFINISHED, now)).fetchone()
             if row is None:
                 return None
             db.execute("UPDATE jobs SET owner=?, lease_until=?, status=?, started_at=COALESCE(started_at, ?) "
                        "WHERE id=?", (owner, now + lease_s, RUNNING, now, row[0]))
+            db.execute("INSERT INTO turns VALUES (?,?) ON CONFLICT(client) DO UPDATE SET last=excluded.last",
+                       (row[1], now))
             return row[0]
 
         job_id = self._transaction(work)
@@ -124,17 +185,34 @@ class SQLiteJobStore(JobStore):
 
     def document(self, job_id: str) -> Optional[bytes]:
         rows = self._query("SELECT data FROM documents WHERE job_id=?", (job_id,))
-        return bytes(rows[0][0]) if rows else None
+        if rows:
+            return bytes(rows[0][0])
+        if self._query("SELECT 1 FROM jobs WHERE id=? AND status IN (?,?)", (job_id, *_UNFINISHED)):
+            raise DocumentLost(job_id)
+        return None
 
     def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
                     error: Optional[dict] = None) -> bool:
-        return self._transaction(lambda db: db.execute(
-            "INSERT OR IGNORE INTO page_results SELECT ?,?,?,? WHERE EXISTS "
-            "(SELECT 1 FROM jobs WHERE id=? AND status IN (?,?))",
-            (job_id, page_number, _dumps(result), _dumps(error), job_id, *_UNFINISHED)).rowcount == 1)
+        body, failure = _dumps(result), _dumps(error)
+
+        def work(db):
+            written = db.execute(
+                "INSERT OR IGNORE INTO page_results SELECT ?,?,?,? WHERE EXISTS "
+                "(SELECT 1 FROM jobs WHERE id=? AND status IN (?,?))",
+                (job_id, page_number, body, failure, job_id, *_UNFINISHED)).rowcount == 1
+            if written:
+                db.execute("UPDATE jobs SET stored_bytes = stored_bytes + ? WHERE id=?",
+                           (len(body or failure or ""), job_id))
+            return written
+
+        return self._transaction(work)
 
     def recorded_pages(self, job_id: str) -> set[int]:
         return {row[0] for row in self._query("SELECT page_number FROM page_results WHERE job_id=?", (job_id,))}
+
+    def unfinished_created_before(self, cutoff: float) -> list[str]:
+        return [row[0] for row in self._query("SELECT id FROM jobs WHERE status IN (?,?) AND created_at < ?",
+                                              (*_UNFINISHED, cutoff))]
 
     def unfinished_counts(self) -> dict[str, int]:
         rows = self._query("SELECT status, COUNT(*) FROM jobs WHERE status IN (?,?) GROUP BY status", _UNFINISHED)
@@ -150,7 +228,8 @@ class SQLiteJobStore(JobStore):
         def work(db):
             now = time.time()
             changed = db.execute(
-                "UPDATE jobs SET status=?, finished_at=?, expires_at=?, error=?, engine=?, owner=NULL, lease_until=0 "
+                "UPDATE jobs SET status=?, finished_at=?, expires_at=?, error=?, engine=?, owner=NULL, lease_until=0, "
+                "stored_bytes = stored_bytes - document_bytes, document_bytes = 0 "
                 f"WHERE id=? AND status NOT IN ({', '.join('?' * len(FINISHED))}) AND (? IS NULL OR owner=?)",
                 (status, now, now + ttl_s, _dumps(error), _dumps(engine), job_id, *FINISHED, owner, owner)).rowcount
             if changed:
@@ -179,6 +258,11 @@ class SQLiteJobStore(JobStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _is_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(exc)
 
 
 def _dumps(value) -> Optional[str]:

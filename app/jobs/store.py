@@ -6,7 +6,12 @@ Both stores make each change atomic and idempotent:
 - a page result is written once (`record_page` keyed by job and page): a page that completes
   twice, on two runners after a takeover, counts once; `done` and `failed` are counted from
   those rows, never incremented;
-- nothing is written for a job that was deleted (a runner that missed the cancel cannot bring it back).
+- nothing is written for a job that was deleted (a runner that missed the cancel cannot bring it back);
+- a submit is checked against its client's quotas and the store's cap in the same atomic step
+  that creates it (app/jobs/quotas.py), and a full store or disk raises InsufficientStorage
+  (507) with the store left usable;
+- claims take turns between clients: the client served longest ago goes first, so one client's
+  backlog cannot hold another client's job (the runner gives a job back after each turn).
 
 The methods block; async callers run them in a thread.
 """
@@ -14,15 +19,23 @@ The methods block; async callers run them in a thread.
 from __future__ import annotations
 
 import abc
+import time
 from typing import Optional
 
-from app.jobs.model import Job
+from app.jobs.model import FAILED, Job
+from app.jobs.quotas import Admission
+
+
+class DocumentLost(Exception):
+    """The job exists but its document does not (all of it, or a chunk): the job cannot go on."""
 
 
 class JobStore(abc.ABC):
     @abc.abstractmethod
-    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None) -> tuple[Job, bool]:
-        """Store a queued job and its document; with a key already used by the same client, (that job, False)."""
+    def create(self, job: Job, document: bytes, idempotency_key: Optional[str] = None,
+               admission: Optional[Admission] = None) -> tuple[Job, bool]:
+        """Store a queued job and its document; with a key already used by the same client, (that job, False).
+        With `admission`, raise QuotaExceeded or InsufficientStorage instead of passing its limits."""
 
     @abc.abstractmethod
     def get(self, job_id: str) -> Optional[Job]:
@@ -30,7 +43,8 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, owner: str, lease_s: float) -> Optional[Job]:
-        """The oldest unfinished job whose lease is free or lapsed, now leased to `owner`."""
+        """An unfinished job whose lease is free or lapsed, now leased to `owner`: of the client whose last
+        claim is oldest (never claimed: first), that client's oldest such job."""
 
     @abc.abstractmethod
     def renew(self, job_id: str, owner: str, lease_s: float) -> bool:
@@ -42,7 +56,7 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def document(self, job_id: str) -> Optional[bytes]:
-        """The uploaded bytes, or None once the job is gone."""
+        """The uploaded bytes, or None once the job is gone; DocumentLost if the job is there but its bytes are not."""
 
     @abc.abstractmethod
     def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
@@ -71,6 +85,17 @@ class JobStore(abc.ABC):
         """Delete finished jobs past their expiry; how many went."""
 
     @abc.abstractmethod
+    def unfinished_created_before(self, cutoff: float) -> list[str]:
+        """Ids of unfinished jobs submitted before the epoch time `cutoff`."""
+
+    def expire_unfinished(self, max_age_s: float, ttl_s: float) -> int:
+        """Fail the jobs still unfinished `max_age_s` after their submit (jobs.max_unfinished_age_s)."""
+        error = {"code": "job_expired", "retryable": False,
+                 "message": f"The job did not finish within jobs.max_unfinished_age_s={max_age_s:g} s of its submit."}
+        return sum(self.finish(job_id, None, FAILED, ttl_s, error)
+                   for job_id in self.unfinished_created_before(time.time() - max_age_s))
+
+    @abc.abstractmethod
     def unfinished_counts(self) -> dict[str, int]:
         """{"queued": n, "running": m}: the jobs not yet ended (the ocr_jobs gauge)."""
 
@@ -94,3 +119,7 @@ def open_store(jobs) -> JobStore:
     from app.jobs.redis_store import RedisJobStore
 
     return RedisJobStore(url, password_file=jobs.redis_password_file, require_aof=jobs.require_aof)
+
+
+def admission(jobs, client: str) -> Admission:
+    return Admission(jobs.quotas_for(client), jobs.max_store_bytes, jobs.min_free_bytes)

@@ -1,0 +1,97 @@
+"""The `jobs` settings: where job state lives, how jobs share the graph, and what each client may hold."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class JobQuotas(BaseModel):
+    """What one client (API key name) may have in the job store at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_queued_jobs: int = Field(20, ge=1, description="Unfinished jobs (queued or running).")
+    max_queued_pages: int = Field(20000, ge=1, description="Pages of the client's unfinished jobs.")
+    max_stored_bytes: int = Field(
+        4 * 1024**3, ge=1, description="Documents and results the client keeps in the store, finished jobs included "
+        "until they expire."
+    )
+    max_uploads: int = Field(4, ge=1, description="Job uploads in progress at one ingress replica.")
+    max_long_polls: int = Field(4, ge=0, description="Long-polls held open at one ingress replica.")
+
+
+class Jobs(BaseModel):
+    """Async jobs for long documents (app/jobs): where their state lives and how they share the graph."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: Optional[str] = Field(
+        None, description="sqlite:///ABSOLUTE/PATH (one node) or redis://HOST:PORT/DB (the fleet); unset: no /v1/jobs."
+    )
+    redis_password_file: Optional[str] = Field(
+        None, description="File holding the Redis password (requirepass); never put it in the URL or the config."
+    )
+    require_aof: bool = Field(
+        True, description="Refuse a Redis without appendonly: a restart of it would lose accepted jobs."
+    )
+    max_pages: int = Field(2000, gt=0, description="Most pages one job may expand to (after `pages`).")
+    max_upload_bytes: int = Field(500 * 1024 * 1024, gt=0, description="Largest accepted job document.")
+    upload_read_timeout_s: float = Field(300.0, gt=0, description="A job's whole document must arrive within this; else 408.")
+    ttl_s: float = Field(86400.0, gt=0, description="Finished jobs and their results are deleted this long after they end.")
+    page_retries: int = Field(3, ge=0, le=10, description="Retries of a job's page after a retryable error (the "
+                              "rule of the top-level page_retries), then it is failed.")
+    max_page_error_rate: float = Field(
+        0.004, ge=0, le=1, description="Failed pages at or under this share end a job `partial`; above it, `failed`."
+    )
+    max_inflight_pages: int = Field(
+        2, ge=1, description="Pages of one job in the graph at once, so one long job cannot starve the rest "
+        "(2 keeps synchronous p95 within 3x on a 2-core machine, load/jobs_fairness.py; the fleet file sets 8)."
+    )
+    runner_replicas: int = Field(1, ge=1, description="JobRunner replicas; each lease is one job on one runner.")
+    jobs_per_runner: int = Field(2, ge=1, description="Jobs one runner replica works on at once.")
+    lease_s: float = Field(
+        10.0, ge=1, description="A runner's claim on a job; renewed every third of it. A lapsed lease is taken over."
+    )
+    poll_s: float = Field(1.0, gt=0, description="How often an idle runner looks for queued jobs.")
+    turn_pages: int = Field(
+        16, ge=1, description="Pages of one job a runner reads before the job goes back to the queue, so that "
+        "claims rotate among clients: a 1-page job waits at most one turn, not behind another client's backlog."
+    )
+    max_unfinished_age_s: float = Field(
+        7 * 86400.0, gt=0, description="A job not finished this long after it was submitted fails with "
+        "`job_expired` (its results so far kept for ttl_s), so that nothing waits in the store forever."
+    )
+    max_store_bytes: int = Field(
+        50 * 1024**3, gt=0, description="The whole store's documents and results; past it a submit gets 507 "
+        "insufficient_storage (as on a full disk)."
+    )
+    min_free_bytes: int = Field(
+        1024**3, ge=0, description="Free space a SQLite store keeps on its disk: a submit that would leave less "
+        "gets 507, so that results, deletes and the write-ahead log always find room (the store's own pages freed "
+        "by deleted jobs count as free)."
+    )
+    max_uploads: int = Field(
+        16, ge=1, description="Job uploads one ingress replica reads at once; beyond: 503 at once, so that slow "
+        "uploads cannot take the replica's request slots."
+    )
+    max_long_polls: int = Field(
+        32, ge=0, description="`GET /v1/jobs/{id}?wait=` long-polls one ingress replica holds open at once; "
+        "beyond them (or the client's quota) the status is answered at once."
+    )
+    upload_idle_timeout_s: float = Field(
+        30.0, gt=0, description="A job upload that sends no byte for this long is ended with 408 (the whole "
+        "upload has upload_read_timeout_s)."
+    )
+    quotas: JobQuotas = Field(
+        default_factory=lambda: JobQuotas(), description="Each client's limits (API key name; the anonymous "
+        "client without keys); past one: 429 quota_exceeded with Retry-After, the message naming the limit."
+    )
+    client_quotas: dict[str, JobQuotas] = Field(
+        default_factory=dict, description="Quotas of named clients (API key names) that differ from `quotas`."
+    )
+
+    def quotas_for(self, client: str) -> JobQuotas:
+        return self.client_quotas.get(client, self.quotas)
+
