@@ -220,12 +220,14 @@ def bombs(url: str, cases: dict[str, bytes], clients: int = 2, settle_s: float =
     }
 
 
-def stalled_uploads(url: str, stalled: int, read_timeout_s: float) -> dict:
-    """`stalled` clients send headers and 16 bytes then stall; a good request must still get 200."""
+def stalled_uploads(url: str, stalled: int, read_timeout_s: float, path: str = "/v1/ocr",
+                    announced: int = 100_000) -> dict:
+    """`stalled` clients POST to `path` announcing `announced` bytes, send 16 then stall; a good
+    /v1/ocr must still get 200."""
     parts = urlsplit(url)
     sockets = []
-    head = (f"POST /v1/ocr HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: image/png\r\n"
-            f"Content-Length: 100000\r\n\r\n").encode() + b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
+    head = (f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: image/png\r\n"
+            f"Content-Length: {announced}\r\n\r\n").encode() + b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
     try:
         for _ in range(stalled):
             sock = socket.create_connection((parts.hostname, parts.port), timeout=read_timeout_s + 30)

@@ -47,7 +47,7 @@ TEST_ARGS = {
     "batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.3, "max_concurrent_batches": 1},
     # Jobs in a SQLite file of this run; short leases so that a takeover after kill -9 takes seconds.
     "jobs": {"store": f"sqlite:///{tempfile.mkdtemp(prefix='ocr-jobs-')}/jobs.sqlite3", "lease_s": 3,
-             "max_pages": 40, "max_inflight_pages": 4},
+             "max_pages": 40, "max_inflight_pages": 4, "upload_idle_timeout_s": 5},
 }
 
 

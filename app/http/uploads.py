@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,8 +24,8 @@ class Upload:
     orientation: Optional[str] = None  # auto, off or an angle (app/orientation/upright.py); None: the settings'
 
 
-async def read_upload(request: Request, max_bytes: int) -> Upload:
-    body = await read_bounded(request, max_bytes)
+async def read_upload(request: Request, max_bytes: int, idle_timeout_s: Optional[float] = None) -> Upload:
+    body = await read_bounded(request, max_bytes, idle_timeout_s)
     content_type = request.headers.get("content-type", "")
     pages = request.query_params.get("pages")
     orientation = parse_mode(request.query_params.get("orientation"))
@@ -35,14 +36,20 @@ async def read_upload(request: Request, max_bytes: int) -> Upload:
     return Upload(body, content_type or None, None, pages, orientation)
 
 
-async def read_bounded(request: Request, max_bytes: int) -> bytes:
-    """Refuse an oversized body from its Content-Length, or as soon as the stream passes the limit."""
+async def read_bounded(request: Request, max_bytes: int, idle_timeout_s: Optional[float] = None) -> bytes:
+    """Refuse an oversized body from its Content-Length, or as soon as the stream passes the limit.
+    With `idle_timeout_s`, a body that sends nothing for that long raises asyncio.TimeoutError."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(int(declared), max_bytes)
     chunks, size = [], 0
+    stream = request.stream().__aiter__()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(), idle_timeout_s)
+            except StopAsyncIteration:
+                break
             size += len(chunk)
             if size > max_bytes:
                 raise _too_large(size, max_bytes)

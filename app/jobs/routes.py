@@ -2,6 +2,12 @@
 
 Any ingress replica answers for any job: nothing here is kept in memory between requests.
 A job is visible only to the API client (key name) that submitted it; to any other it is 404.
+
+Request slots are the replica's scarcest resource (Serve's max_ongoing_requests): a stalled
+upload or a long-poll holds one while sending nothing. So job uploads are counted (jobs.
+max_uploads per replica, quotas.max_uploads per client: beyond, 503/429 before a byte is read)
+and must keep sending (jobs.upload_idle_timeout_s); long-polls beyond jobs.max_long_polls or the
+client's quota are answered at once, as a plain status call, instead of holding a slot.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import logging
 import re
 import time
 import uuid
+from collections import Counter
+from contextlib import contextmanager
 from typing import Optional
 
 from fastapi import Request
@@ -19,9 +27,10 @@ from fastapi.responses import JSONResponse, Response
 from ray.serve.handle import DeploymentHandle
 
 from app.config import Jobs
-from app.errors import BadRequest, Conflict, NotConfigured, NotFound, RequestTimeout, ServiceUnavailable
+from app.errors import (BadRequest, Conflict, NotConfigured, NotFound, OCRServiceError, QuotaExceeded, RequestTimeout,
+                        ServiceUnavailable)
 from app.jobs.model import Job, result_body, result_markdown, status_body
-from app.jobs.store import JobStore, open_store
+from app.jobs.store import JobStore, admission, open_store
 from app.http.proxy_guard import safe_request_id
 from app.http.uploads import read_upload
 
@@ -38,6 +47,8 @@ class JobRoutes:
         self._runner = runner
         self._base = base_path
         self._store: Optional[JobStore] = open_store(jobs) if jobs.store else None
+        self._uploads = Holders("job uploads", jobs.max_uploads)
+        self._long_polls = Holders("long-polls", jobs.max_long_polls)
 
     def _require_store(self) -> JobStore:
         if self._store is None:
@@ -47,29 +58,28 @@ class JobRoutes:
     async def _call(self, method, *args):
         try:
             return await asyncio.to_thread(method, *args)
+        except OCRServiceError:
+            raise  # the store's own answer: a quota (429) or no space (507)
         except Exception as exc:
             raise ServiceUnavailable("The job store is not answering; retry.", code="job_store_unavailable") from exc
 
     async def submit(self, request: Request, request_id: str) -> JSONResponse:
         store = self._require_store()
-        logger.info("request %s (job submit) from client %s", request_id, _client(request))
+        client = _client(request)
+        logger.info("request %s (job submit) from client %s", request_id, client)
         key = request.headers.get("idempotency-key")
         if key is not None and safe_request_id(key) is None:
             raise BadRequest("Idempotency-Key must be 1-128 characters of letters, digits and -_.:",
                              code="invalid_idempotency_key")
-        try:
-            upload = await asyncio.wait_for(read_upload(request, self._jobs.max_upload_bytes),
-                                            self._jobs.upload_read_timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"The document did not arrive within jobs.upload_read_timeout_s="
-                                 f"{self._jobs.upload_read_timeout_s:g} s.", retry_after_s=1) from None
+        with self._uploads.hold(client, self._jobs.quotas_for(client).max_uploads):
+            upload = await self._read(request)
         pages = await self._pre.select_pages.remote(request_id, upload.data, upload.content_type, upload.pages,
                                                     self._jobs.max_pages)
-        job = Job(id=uuid.uuid4().hex, client=_client(request), content_type=upload.content_type,
-                  filename=(upload.filename or "")[:255] or None,
-                  document_sha256=hashlib.sha256(upload.data).hexdigest(), pages=pages,
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(upload.data).hexdigest())
+        job = Job(id=uuid.uuid4().hex, client=client, content_type=upload.content_type,
+                  filename=(upload.filename or "")[:255] or None, document_sha256=digest, pages=pages,
                   orientation=upload.orientation, created_at=time.time())
-        stored, created = await self._call(store.create, job, upload.data, key)
+        stored, created = await self._call(store.create, job, upload.data, key, admission(self._jobs, client))
         if not created and stored.document_sha256 != job.document_sha256:
             raise Conflict("This Idempotency-Key was already used for a different document.",
                            code="idempotency_key_reused")
@@ -78,6 +88,16 @@ class JobRoutes:
         body = status_body(stored, self._base)
         return JSONResponse(body, status_code=202 if created else 200,
                             headers={"Location": body["status_url"]})
+
+    async def _read(self, request: Request):
+        jobs = self._jobs
+        try:
+            return await asyncio.wait_for(read_upload(request, jobs.max_upload_bytes, jobs.upload_idle_timeout_s),
+                                          jobs.upload_read_timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"The document did not arrive within jobs.upload_read_timeout_s="
+                                 f"{jobs.upload_read_timeout_s:g} s, or paused past jobs.upload_idle_timeout_s="
+                                 f"{jobs.upload_idle_timeout_s:g} s.", retry_after_s=1) from None
 
     async def _job(self, request: Request, job_id: str) -> Job:
         store = self._require_store()
@@ -89,12 +109,19 @@ class JobRoutes:
     async def status(self, request: Request, request_id: str, job_id: str) -> JSONResponse:
         wait = _wait_s(request.query_params.get("wait"))
         job = await self._job(request, job_id)
+        client = _client(request)
+        if wait and not job.finished and self._long_polls.admits(client, self._jobs.quotas_for(client).max_long_polls):
+            with self._long_polls.hold(client):
+                job = await self._wait_for_change(request, job, wait)
+        return JSONResponse(status_body(job, self._base))
+
+    async def _wait_for_change(self, request: Request, job: Job, wait: float) -> Job:
         deadline = time.monotonic() + wait
         first = job.status
         while job.status == first and not job.finished and time.monotonic() < deadline:
             await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-            job = await self._job(request, job_id)
-        return JSONResponse(status_body(job, self._base))
+            job = await self._job(request, job.id)
+        return job
 
     async def result(self, request: Request, request_id: str, job_id: str) -> Response:
         form = request.query_params.get("format", "json")
@@ -114,6 +141,36 @@ class JobRoutes:
         await self._call(self._store.finish, job_id, None, "canceled", self._jobs.ttl_s)
         await self._call(self._store.delete, job_id)
         return Response(status_code=204)
+
+
+class Holders:
+    """Who holds how many of one kind of request slot on this replica, against a replica and a client limit."""
+
+    def __init__(self, what: str, limit: int):
+        self._what, self._limit = what, limit
+        self._held: Counter[str] = Counter()
+
+    def admits(self, client: str, client_limit: int) -> bool:
+        return sum(self._held.values()) < self._limit and self._held[client] < client_limit
+
+    @contextmanager
+    def hold(self, client: str, client_limit: Optional[int] = None):
+        """Hold one; with `client_limit`, refuse (503 replica-wide, 429 for the client) instead of waiting."""
+        if client_limit is not None:
+            if sum(self._held.values()) >= self._limit:
+                raise ServiceUnavailable(f"This replica is reading {self._limit} {self._what} already; retry.",
+                                         code="overloaded", retry_after_s=2)
+            if self._held[client] >= client_limit:
+                raise QuotaExceeded(f"Client {client!r} has {client_limit} {self._what} in progress here already "
+                                    f"(jobs.quotas.max_uploads={client_limit}); send them one after another.",
+                                    retry_after_s=2)
+        self._held[client] += 1
+        try:
+            yield
+        finally:
+            self._held[client] -= 1
+            if self._held[client] <= 0:
+                del self._held[client]
 
 
 def _client(request: Request) -> str:

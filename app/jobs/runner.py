@@ -7,6 +7,15 @@ goes on from the pages the store has not recorded. Per job at most `jobs.max_inf
 pages are in the graph at once, so a 500-page job cannot crowd out synchronous requests.
 A page is rendered in chunks of the document (one Preprocessor stream per chunk), then OCR'd
 and postprocessed exactly like a page of /v1/ocr, and its result is written as it completes.
+
+Turns: a claim is good for `jobs.turn_pages` pages; then the job goes back to the store and
+the next claim takes the client served longest ago (app/jobs/store.py), so a client's 1-page
+job waits at most one turn behind another client's backlog. The document of a job between
+turns stays in a small cache, so a turn does not read it from the store again.
+
+A full store (InsufficientStorage on writing a result) pauses this runner's claims, with a
+growing pause up to a minute: OCR of pages whose results cannot be written would be lost work
+done again and again.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import groupby
 from typing import AsyncIterator, Optional
@@ -24,9 +34,9 @@ from ray.serve.handle import DeploymentHandle
 
 from app.ops import metrics
 from app.config import Jobs
-from app.errors import to_error
+from app.errors import InsufficientStorage, to_error
 from app.jobs.model import FAILED, Job, final_status
-from app.jobs.store import open_store
+from app.jobs.store import DocumentLost, open_store
 from app.pipeline.page_pipeline import EngineIdentity, read_page
 from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
@@ -66,7 +76,11 @@ class JobRunner:
         self._engine = EngineIdentity(ocr_model)
         self._wake: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
-        self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0}
+        self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0, "turns": 0,
+                      "store_full_pauses": 0}
+        self._documents: OrderedDict[str, bytes] = OrderedDict()  # of jobs between turns, newest last
+        self._paused_until = 0.0
+        self._pause_s = 0.0
         try:
             self._ensure_loop()
         except RuntimeError:  # no running loop here: check_health starts it
@@ -99,22 +113,37 @@ class JobRunner:
             try:
                 if time.monotonic() - last_purge > 60:
                     last_purge = time.monotonic()
-                    purged = await asyncio.to_thread(self._store.purge_expired)
-                    if purged:
-                        logger.info("job runner %s: %d expired job(s) deleted", self._owner, purged)
-                while len(self._active) < self._jobs.jobs_per_runner:
+                    await self._purge()
+                while len(self._active) < self._jobs.jobs_per_runner and time.monotonic() >= self._paused_until:
                     job = await asyncio.to_thread(self._store.claim, self._owner, self._jobs.lease_s)
                     if job is None:
                         break
                     self.stats["claimed"] += 1
                     self._active[job.id] = asyncio.ensure_future(self._run_job(job))
+            except InsufficientStorage:
+                self._pause_claims()
             except Exception:
                 logger.exception("job runner %s: claiming failed; trying again", self._owner)
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self._jobs.poll_s)
+                wait = max(self._jobs.poll_s, self._paused_until - time.monotonic())
+                await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
+
+    async def _purge(self) -> None:
+        purged = await asyncio.to_thread(self._store.purge_expired)
+        expired = await asyncio.to_thread(self._store.expire_unfinished, self._jobs.max_unfinished_age_s,
+                                          self._jobs.ttl_s)
+        if purged or expired:
+            logger.info("job runner %s: %d expired job(s) deleted, %d unfinished past jobs.max_unfinished_age_s "
+                        "failed", self._owner, purged, expired)
+
+    def _pause_claims(self) -> None:
+        self._pause_s = min(60.0, max(5.0, 2 * self._pause_s))
+        self._paused_until = time.monotonic() + self._pause_s
+        self.stats["store_full_pauses"] += 1
+        logger.warning("job runner %s: the job store is full; no claims for %.0f s", self._owner, self._pause_s)
 
     async def _run_job(self, job: Job) -> None:
         worker = asyncio.current_task()
@@ -125,6 +154,10 @@ class JobRunner:
             await self._process(job)
         except asyncio.CancelledError:
             logger.info("job %s: stopped on %s (canceled, deleted or lease lost)", job.id, self._owner)
+        except InsufficientStorage:
+            self._pause_claims()
+        except DocumentLost:
+            await self._fail_lost_document(job)
         except Exception:
             logger.exception("job %s: runner %s failed; the lease is released for another try", job.id, self._owner)
             await asyncio.sleep(1.0)
@@ -155,11 +188,12 @@ class JobRunner:
     # -- one job ---------------------------------------------------------------------------
 
     async def _process(self, job: Job) -> None:
-        document = await asyncio.to_thread(self._store.document, job.id)
+        document = await self._document(job.id)
         if document is None:
             return  # deleted meanwhile
         recorded = await asyncio.to_thread(self._store.recorded_pages, job.id)
-        todo = [number for number in job.pages if number not in recorded]
+        unrecorded = [number for number in job.pages if number not in recorded]
+        todo = unrecorded[:self._jobs.turn_pages]
         index_of = {number: index for index, number in enumerate(job.pages)}
         slots = asyncio.Semaphore(self._jobs.max_inflight_pages)
         chunk = max(8, 2 * self._jobs.max_inflight_pages)
@@ -174,7 +208,30 @@ class JobRunner:
         finally:
             for task in tasks:
                 task.cancel()
+        if len(unrecorded) > len(todo):
+            self.stats["turns"] += 1
+            return  # the end of this turn: the lease goes back, and the next claim takes turns
+        self._documents.pop(job.id, None)
         await self._judge(job)
+
+    async def _document(self, job_id: str) -> Optional[bytes]:
+        """The job's document: from the cache of jobs between turns, else from the store."""
+        if job_id in self._documents:
+            self._documents.move_to_end(job_id)
+            return self._documents[job_id]
+        document = await asyncio.to_thread(self._store.document, job_id)
+        if document is not None:
+            self._documents[job_id] = document
+            while len(self._documents) > self._jobs.jobs_per_runner:
+                self._documents.popitem(last=False)
+        return document
+
+    async def _fail_lost_document(self, job: Job) -> None:
+        """The store lost the document (an evicting Redis): the job fails once, instead of being claimed forever."""
+        error = {"code": "document_lost", "retryable": False,
+                 "message": "The job store lost this job's document; submit it again."}
+        logger.error("job %s: its document is gone from the store; the job fails", job.id)
+        await asyncio.to_thread(self._store.finish, job.id, None, FAILED, self._jobs.ttl_s, error)
 
     async def _judge(self, job: Job) -> None:
         current = await asyncio.to_thread(self._store.get, job.id)
@@ -262,7 +319,10 @@ class JobRunner:
             try:
                 if await asyncio.to_thread(self._store.record_page, job_id, number, result, error):
                     metrics.inc("ocr_job_pages_total", outcome="failed" if error else "ok")
+                self._pause_s = 0.0
                 return
+            except InsufficientStorage:
+                raise  # no retry: the job stops and the runner pauses (see _pause_claims)
             except Exception:
                 if attempt == 5:
                     raise

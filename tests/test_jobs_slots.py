@@ -1,0 +1,54 @@
+"""Cheap ways to take an ingress replica's request slots through /v1/jobs, against the session's app.
+
+One ingress replica takes 96 requests at once and queues 64 more (Serve's max_ongoing_requests
+and max_queued_requests). 170 long-polls or 170 stalled job uploads would hold all of them
+while sending almost nothing; a good /v1/ocr must still be answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from app.testkit.documents import numbered_pdf
+from load import soak_scenarios as soak
+from tests.conftest import TEST_ARGS
+
+HOLDERS = 170
+
+
+def test_170_long_polls_on_a_running_job_leave_room_for_a_good_request(service_url, client, invoice_png):
+    job = client.post("/v1/jobs", files={"file": ("doc.pdf", numbered_pdf(40, "Polled"), "application/pdf")}).json()
+
+    async def scenario():
+        limits = httpx.Limits(max_connections=HOLDERS + 10, max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=service_url, timeout=120, limits=limits) as http:
+            polls = [asyncio.ensure_future(http.get(f"/v1/jobs/{job['id']}", params={"wait": 60}))
+                     for _ in range(HOLDERS)]
+            await asyncio.sleep(2.0)
+            started = time.monotonic()
+            good = await http.post("/v1/ocr", files={"file": ("invoice.png", invoice_png, "image/png")})
+            good_s = time.monotonic() - started
+            answers = await asyncio.gather(*polls)
+            return good, good_s, answers
+
+    good, good_s, answers = asyncio.run(scenario())
+    statuses = sorted({answer.status_code for answer in answers})
+    print({"good_status": good.status_code, "good_s": round(good_s, 2), "poll_statuses": statuses})
+    assert good.status_code == 200 and "INVOICE 4711" in good.json()["text"]
+    assert good_s < 30
+    assert statuses == [200]  # a long-poll past the limits is answered at once, as a plain status call
+    client.delete(f"/v1/jobs/{job['id']}")
+
+
+def test_170_stalled_job_uploads_of_400_mb_leave_room_for_a_good_request(service_url):
+    idle_s = TEST_ARGS["jobs"]["upload_idle_timeout_s"]
+    report = soak.stalled_uploads(service_url, stalled=HOLDERS, read_timeout_s=idle_s, path="/v1/jobs",
+                                  announced=400_000_000)
+    print(report)
+    assert report["good_status"] == 200 and report["good_correct"] and report["good_seconds"] < 30
+    # One client: its 4 uploads in progress wait out the idle deadline (408); the rest are refused at once.
+    assert report["stalled_answers"] == {"408": 4, "429": HOLDERS - 4}, report
+    assert report["stalled_codes"] == {"upload_timeout": 4, "quota_exceeded": HOLDERS - 4}
