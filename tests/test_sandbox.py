@@ -176,3 +176,26 @@ def test_a_shared_page_length_outside_the_buffer_is_a_protocol_error(length):
             shared.read(length)
     finally:
         shared.close()
+
+
+def test_a_decoder_holds_no_secret_of_its_replica_and_runs_under_limits(monkeypatch, good_pdf):
+    secrets = {"RAY_AUTH_TOKEN": "ray-token-value", "RAY_AUTH_TOKEN_PATH": "/etc/ocr/secrets/ray_token",
+               "REDIS_PASSWORD": "redis-password-value", "OCR_API_KEY": "api-key-value",
+               "AWS_SECRET_ACCESS_KEY": "aws-secret-value"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    pool = DecodeSandbox(LIMITS, max_side=1000, max_pixels=1_000_000, workers=1)
+    try:
+        assert len(run(read_all(pool, good_pdf))) == 3  # it still decodes
+        (pid,) = pool.worker_pids()
+        environ = open(f"/proc/{pid}/environ", "rb").read().decode()
+        for name, value in secrets.items():
+            assert name not in environ and value not in environ, name
+        limits = {line[:26].strip(): line[26:].split()[:2] for line in open(f"/proc/{pid}/limits").readlines()[1:]}
+        assert limits["Max cpu time"] != ["unlimited", "unlimited"], limits["Max cpu time"]
+        assert limits["Max file size"] == ["0", "0"]
+        assert limits["Max address space"] == [str(640 * 1024 * 1024)] * 2
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+        assert status["NoNewPrivs"].strip() == "1"
+    finally:
+        pool.close()

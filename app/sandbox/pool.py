@@ -25,7 +25,7 @@ from app.errors import (
     UnprocessableDocument,
     UnsupportedMediaType,
 )
-from app.sandbox.process import DecoderDied, DecoderProcess, DecoderTimeout
+from app.sandbox.process import CPU_LIMIT_S, CPU_RETIRE_SHARE, DecoderDied, DecoderProcess, DecoderTimeout
 from app.sandbox.protocol import ProtocolError, RenderedPage, page_from_frame
 
 logger = logging.getLogger("ray.serve")
@@ -130,6 +130,10 @@ class DecodeSandbox:
                 self._replace(worker, "died on close")
                 return
             worker.document_open = False
+        if worker.cpu_seconds() > CPU_RETIRE_SHARE * CPU_LIMIT_S:  # before RLIMIT_CPU ends it mid-document
+            self._replace(worker, f"used {worker.cpu_seconds():.0f} of its {CPU_LIMIT_S} CPU seconds")
+            self._idle.append(self._start())
+            return
         self._idle.append(worker)
 
     def _replace(self, worker: DecoderProcess, why: str) -> None:

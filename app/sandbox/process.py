@@ -14,6 +14,25 @@ from typing import Optional
 from app.sandbox.protocol import PREFIX, ProtocolError, SharedPageBuffer, decode_header, encode_frame, parse_header
 
 WORKER_START_TIMEOUT_S = 60.0
+# What a decoder inherits of the replica's environment: nothing else. The replica holds the
+# Ray cluster token (or its file's path), the store's password file and API keys; a decoder
+# parses strangers' files and needs none of it. Locale and temp dir only; PYTHONPATH is set.
+ENVIRONMENT_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
+# CPU seconds a decoder may use in its whole life (RLIMIT_CPU). A page stuck past
+# page_render_timeout_s is killed by the parent long before; this ends a worker whose parent
+# cannot (SIGXCPU at the soft limit, SIGKILL at the hard one). The pool replaces a worker that
+# has used CPU_RETIRE_SHARE of it, so that a healthy worker never meets it mid-document.
+CPU_LIMIT_S = 3600
+CPU_RETIRE_SHARE = 0.8
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def worker_environment(parent: Optional[dict] = None) -> dict:
+    parent = os.environ if parent is None else parent
+    env = {name: parent[name] for name in ENVIRONMENT_ALLOWLIST if name in parent}
+    path = os.pathsep.join(filter(None, (_PROJECT_ROOT, parent.get("PYTHONPATH"))))
+    env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=path)
+    return env
 
 
 class DecoderTimeout(Exception):
@@ -35,7 +54,7 @@ class DecoderProcess:
         shared = [str(self.pages.fd)] if self.pages else []
         self.proc = subprocess.Popen(
             command + shared, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-            pass_fds=(self.pages.fd,) if self.pages else (), env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            pass_fds=(self.pages.fd,) if self.pages else (), env=worker_environment(), cwd=_PROJECT_ROOT,
         )
         self.ready = False
         self.busy = False  # inside an exchange: its state is unknown if the exchange did not finish
@@ -44,6 +63,15 @@ class DecoderProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the worker has used (Linux /proc), 0 where unknown."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -28,10 +28,31 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 
-def cap_memory(memory_mb: int) -> None:
+def cap_resources(memory_mb: int) -> None:
+    """Before a byte of input is read: memory, CPU time, no files written, no core, no new privileges."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    from app.sandbox.process import CPU_LIMIT_S
+
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 10))
+    # Pages leave through the pipe or an mmap of the parent's memfd, neither of which counts:
+    # a decoder has no file to write, so any write to one fails (EFBIG; Python ignores SIGXFSZ).
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash on a hostile file leaves no core dump
+    sys.dont_write_bytecode = True
+    no_new_privileges()
+
+
+def no_new_privileges() -> None:
+    """PR_SET_NO_NEW_PRIVS: no setuid binary or file capability can raise what an exploited decoder may do."""
+    try:
+        import ctypes
+
+        if ctypes.CDLL("libc.so.6", use_errno=True).prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    except (OSError, AttributeError):
+        if sys.platform.startswith("linux"):
+            raise  # on Linux this must hold; elsewhere there is no such flag
 
 
 def die_with_parent() -> None:
@@ -166,7 +187,7 @@ def serve_forever(stdin, stdout, session: Session) -> None:
 
 def main(argv: list[str]) -> int:
     memory_mb, limits_json, budget_json = int(argv[1]), argv[2], argv[3]
-    cap_memory(memory_mb)
+    cap_resources(memory_mb)
     die_with_parent()
     # The protocol owns fd 1; anything a library prints goes to stderr (the replica's log) instead.
     protocol_out = os.fdopen(os.dup(1), "wb")
