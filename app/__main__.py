@@ -22,6 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Before Ray starts: the HTTP proxy it spawns reads this (app/http/proxy_guard.py).
 os.environ.setdefault(*PROXY_GUARD_ENV)
+# One machine: Ray's own node address is loopback, so its GCS, raylet and metrics port listen
+# on 127.0.0.1 only (Ray binds the metrics port to every interface unless the node address is
+# loopback, and ray.init turns 127.0.0.1 into the machine's address unless cluster mode is off).
+# The API still listens on --host. Read when ray is first imported, so before that.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def _args_from_config(path: str | None) -> dict:

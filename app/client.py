@@ -8,12 +8,19 @@ Retry-After; a service that is restarting is waited for. Each input gives `<stem
 `<stem>.json` (written whole, then renamed); a table sums up, and the exit status is 1 if any
 file failed. The key comes from --api-key, --api-key-file or $OCR_API_KEY (the file or the
 environment keep it out of `ps`).
+
+A file counts as done when `<stem>.json` names the same content (its sha256 and page
+selection), not merely the same name. The key is never sent in clear to another machine: an
+http:// URL that is not loopback is refused unless --insecure; https verifies the server
+against --ca-bundle (or the system's CAs). Job URLs from the server are followed only on the
+--url's own origin, and server text is printed with control characters removed.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import ipaddress
 import json
 import os
 import sys
@@ -22,7 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
+from urllib.parse import urlsplit
 
 import httpx
 from tqdm import tqdm
@@ -67,13 +75,43 @@ def output_stems(paths: list[Path]) -> dict[Path, str]:
             f"{path.stem}-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]}" for path in paths}
 
 
-def is_complete(out: Path, stem: str) -> bool:
-    """The JSON is written last, so its presence (whole, parseable) means the file is done."""
+def source_of(path: Path, pages: Optional[str]) -> dict:
+    """What the output of one input was made from: it is done only for this very content and selection."""
+    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "pages": pages or None}
+
+
+def is_complete(out: Path, stem: str, source: dict) -> bool:
+    """The JSON is written last, so its presence (whole, parseable, of the same source) means the file is done."""
     try:
         body = json.loads((out / f"{stem}.json").read_text())
     except (OSError, ValueError):
         return False
-    return (out / f"{stem}.md").exists() and body.get("status") in ("succeeded", "partial")
+    return ((out / f"{stem}.md").exists() and body.get("status") in ("succeeded", "partial")
+            and body.get("source") == source)
+
+
+def printable(text: str) -> str:
+    """Server text for a terminal: no escape sequences or other control characters (tabs and newlines kept)."""
+    return "".join(ch for ch in str(text) if ch in "\t\n" or (ch >= " " and not 0x7f <= ord(ch) <= 0x9f))
+
+
+def check_transport(url: str, api_key: Optional[str], insecure: bool) -> None:
+    """Refuse to send a key in clear over the network: http:// is for loopback only, unless --insecure."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise SystemExit(f"error: --url {url}: http:// or https:// only")
+    if api_key and parts.scheme == "http" and not _is_loopback(parts.hostname or "") and not insecure:
+        raise SystemExit(f"error: --url {url} would send the API key in clear to another machine. Use https:// "
+                         "(with --ca-bundle for the fleet's own CA), or --insecure if the network is trusted.")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def write_atomically(path: Path, data: str) -> None:
@@ -84,14 +122,20 @@ def write_atomically(path: Path, data: str) -> None:
 
 class Client:
     def __init__(self, url: str, api_key: Optional[str], timeout_s: float = 120.0, give_up_after_s: float = 600.0,
-                 poll_s: float = 1.0):
+                 poll_s: float = 1.0, verify: Union[str, bool] = True):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify,
+                                  follow_redirects=False)
+        self._origin = urlsplit(url)[:2]
         self._give_up_after_s = give_up_after_s
         self.poll_s = poll_s
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
-        """One call; 503/429 wait their Retry-After, a service that is down or restarting is waited for."""
+        """One call; 503/429 wait their Retry-After, a service that is down or restarting is waited for.
+        `path` may come from the server (a job's status_url): only a path on this origin is followed."""
+        target = urlsplit(path)
+        if (target.scheme or target.netloc) and target[:2] != self._origin or not target.path.startswith("/"):
+            raise ValueError(f"the server pointed at {printable(path)[:200]!r}, off the --url's origin: not followed")
         started, attempt = time.monotonic(), 0
         while True:
             failure: Optional[httpx.TransportError] = None
@@ -123,9 +167,9 @@ def _retry_after(response: httpx.Response) -> float:
 def _error_text(response: httpx.Response) -> str:
     try:
         error = response.json()["error"]
-        return f"{response.status_code} {error['code']}: {error['message']}"
+        return printable(f"{response.status_code} {error['code']}: {error['message']}")
     except (ValueError, KeyError, TypeError):
-        return f"{response.status_code}: {response.text[:200]}"
+        return printable(f"{response.status_code}: {response.text[:200]}")
 
 
 class Progress:
@@ -153,6 +197,7 @@ def process_file(client: Client, path: Path, stem: str, out: Path, pages: Option
                  progress: Progress) -> Outcome:
     started = time.monotonic()
     data = path.read_bytes()
+    source = {"sha256": hashlib.sha256(data).hexdigest(), "pages": pages or None}
     key = "ocrc-" + hashlib.sha256(data + b"\0" + (pages or "").encode()).hexdigest()[:48]
     params = {"pages": pages} if pages else {}
     files = {"file": (path.name, data, CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream"))}
@@ -179,9 +224,11 @@ def process_file(client: Client, path: Path, stem: str, out: Path, pages: Option
     if result.status_code != 200 or markdown.status_code != 200:
         return Outcome(path, stem, "error", total, detail=_error_text(result if result.status_code != 200 else markdown),
                        seconds=time.monotonic() - started)
+    body = result.json()
+    body["source"] = source
     write_atomically(out / f"{stem}.md", markdown.text)
-    write_atomically(out / f"{stem}.json", result.text)  # last: its presence marks the file complete
-    error = (job.get("error") or {}).get("message", "")
+    write_atomically(out / f"{stem}.json", json.dumps(body))  # last: its presence marks the file complete
+    error = printable((job.get("error") or {}).get("message", ""))
     return Outcome(path, stem, job["status"], total, job["pages"]["failed"], time.monotonic() - started, error)
 
 
@@ -216,16 +263,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between status polls")
     parser.add_argument("--give-up-after", type=float, default=600.0,
                         help="seconds one call keeps retrying a service that is down or answering 503")
+    parser.add_argument("--ca-bundle", help="PEM file of the CA(s) that signed the service's certificate (https)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow sending the API key over plain http to a machine other than this one")
     parser.add_argument("--no-progress", action="store_true")
     options = parser.parse_args(argv)
+    api_key = api_key_from(options)
+    check_transport(options.url, api_key, options.insecure)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = find_inputs(options.inputs)
     stems = output_stems(paths)
-    outcomes = {path: Outcome(path, stems[path], "skipped") for path in paths if is_complete(out, stems[path])}
+    outcomes = {path: Outcome(path, stems[path], "skipped") for path in paths
+                if is_complete(out, stems[path], source_of(path, options.pages))}
     todo = [path for path in paths if path not in outcomes]
     print(f"{len(paths)} file(s): {len(outcomes)} already done, {len(todo)} to OCR", file=sys.stderr)
-    client = Client(options.url, api_key_from(options), give_up_after_s=options.give_up_after, poll_s=options.poll)
+    client = Client(options.url, api_key, give_up_after_s=options.give_up_after, poll_s=options.poll,
+                    verify=options.ca_bundle or True)
     progress = Progress(disable=options.no_progress)
     try:
         with ThreadPoolExecutor(max_workers=max(1, options.concurrency)) as pool:
@@ -235,7 +289,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 try:
                     outcomes[path] = future.result()
                 except Exception as exc:  # one file's failure never stops the others
-                    outcomes[path] = Outcome(path, stems[path], "error", detail=f"{type(exc).__name__}: {exc}")
+                    outcomes[path] = Outcome(path, stems[path], "error",
+                                             detail=printable(f"{type(exc).__name__}: {exc}"))
     finally:
         progress.close()
         client.close()

@@ -132,3 +132,27 @@ def test_the_openai_sdk_is_refused_with_a_wrong_key_and_served_with_the_right_on
     right = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
     answer = right.chat.completions.create(model="ppocr", messages=messages)  # the engine's name is a model id too
     assert "INVOICE 4711" in answer.choices[0].message.content
+
+
+def test_a_refused_path_is_logged_on_one_line_whatever_it_decodes_to(tmp_path, caplog):
+    import asyncio
+    import logging
+
+    from app.http.auth import APIKeyMiddleware
+
+    keys = tmp_path / "api_keys"
+    add_key(keys, "tests")
+    middleware = APIKeyMiddleware(app=None, keyring=lambda: KeyRing(keys))
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/v1/jobs/x\nINFO request 1 from admin: 200\x1b[2K",
+             "headers": [], "root_path": ""}  # what Starlette hands over for /v1/jobs/x%0AINFO...%1B%5B2K
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        asyncio.run(middleware(scope, None, send))
+    assert sent[0]["status"] == 401
+    lines = {record.getMessage() for record in caplog.records if record.getMessage().startswith("refused")}
+    (line,) = lines
+    assert "\n" not in line and "\x1b" not in line and "\\x0aINFO request 1" in line

@@ -64,6 +64,11 @@ def test_client_on_a_folder_then_a_second_run_skips_everything(service_url, tmp_
     assert screen.count("succeeded") == 5
     code, again = run_under_pty([str(inputs), "--out", str(out), "--url", service_url])
     assert code == 0 and "5 already done, 0 to OCR" in again and again.count("skipped") == 5, again
+    # Another report under an old name is new work, not "already done".
+    (inputs / "scan-4.png").write_bytes(png_bytes(render_text_page(["Receipt 4", "Amount 77.25"])))
+    code, changed = run_under_pty([str(inputs), "--out", str(out), "--url", service_url, "--no-progress"])
+    assert code == 0 and "4 already done, 1 to OCR" in changed, changed
+    assert "77.25" in json.loads((out / "scan-4.json").read_text())["text"]
 
 
 def test_client_exits_non_zero_when_a_file_fails(service_url, tmp_path):
@@ -73,3 +78,61 @@ def test_client_exits_non_zero_when_a_file_fails(service_url, tmp_path):
                                   str(tmp_path / "out"), "--url", service_url, "--no-progress"])
     assert code == 1 and "corrupt_pdf" in screen and "succeeded" in screen, screen
     assert not (tmp_path / "out" / "broken.json").exists() and (tmp_path / "out" / "good.json").exists()
+
+
+def test_the_key_is_not_sent_in_clear_to_another_machine(tmp_path, capsys):
+    import pytest
+
+    from app.client import check_transport, main
+
+    check_transport("http://127.0.0.1:8000", "key", insecure=False)  # this machine
+    check_transport("http://localhost:8000", "key", insecure=False)
+    check_transport("https://ocr.internal:8443", "key", insecure=False)
+    check_transport("http://ocr.internal:8000", None, insecure=False)  # no key, nothing to leak
+    check_transport("http://10.0.0.5:8000", "key", insecure=True)  # told so
+    with pytest.raises(SystemExit, match="in clear to another machine"):
+        check_transport("http://10.0.0.5:8000", "key", insecure=False)
+    (tmp_path / "a.png").write_bytes(b"x")
+    with pytest.raises(SystemExit, match="in clear"):
+        main([str(tmp_path / "a.png"), "--out", str(tmp_path / "out"), "--url", "http://ocr.internal:8000",
+              "--api-key", "k"])
+
+
+def test_job_urls_off_the_servers_origin_are_not_followed_and_server_text_is_defanged(tmp_path):
+    import httpx
+    import pytest
+
+    from app.client import Client, Progress, _error_text, process_file
+
+    seen = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers.get("authorization")))
+        return httpx.Response(202, json={"id": "j", "status": "queued", "pages": {"total": 1, "done": 0, "failed": 0},
+                                         "status_url": "http://collector.example/v1/jobs/j",
+                                         "result_url": "//collector.example/v1/jobs/j/result"})
+
+    client = Client("http://127.0.0.1:8000", "secret-key", poll_s=0.01)
+    client._http = httpx.Client(base_url="http://127.0.0.1:8000", headers={"Authorization": "Bearer secret-key"},
+                                transport=httpx.MockTransport(server))
+    (tmp_path / "doc.png").write_bytes(b"png")
+    with pytest.raises(ValueError, match="off the --url's origin"):
+        process_file(client, tmp_path / "doc.png", "doc", tmp_path, None, Progress(disable=True))
+    assert seen == [("127.0.0.1", "Bearer secret-key")]  # the submit only; nothing went to collector.example
+
+    hostile = httpx.Response(400, json={"error": {"code": "bad\x1b]0;owned\x07", "message": "x\x1b[2J\x1b[31mred"}})
+    text = _error_text(hostile)
+    assert "\x1b" not in text and "\x07" not in text and "red" in text
+
+
+def test_a_changed_file_under_an_old_name_is_not_taken_for_done(tmp_path):
+    from app.client import is_complete, source_of
+
+    (tmp_path / "report.pdf").write_bytes(b"first contents")
+    source = source_of(tmp_path / "report.pdf", None)
+    (tmp_path / "report.md").write_text("text")
+    (tmp_path / "report.json").write_text(json.dumps({"status": "succeeded", "source": source}))
+    assert is_complete(tmp_path, "report", source_of(tmp_path / "report.pdf", None))
+    assert not is_complete(tmp_path, "report", source_of(tmp_path / "report.pdf", "1-2"))  # another selection
+    (tmp_path / "report.pdf").write_bytes(b"other contents, same name")
+    assert not is_complete(tmp_path, "report", source_of(tmp_path / "report.pdf", None))

@@ -266,3 +266,24 @@ def test_serve_status_works_beside_the_service(service):
     assert status["applications"]["ocr"]["status"] == "RUNNING"
     assert set(status["applications"]["ocr"]["deployments"]) >= {"Ingress", "Preprocessor", "OCRModel",
                                                                   "Postprocessor", "JobRunner"}
+
+
+def listening_hosts(port: int) -> set[str]:
+    """The local addresses a TCP socket listens on at `port` (/proc/net/tcp and tcp6; state 0A: LISTEN)."""
+    hosts = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.rsplit(":", 1)
+            if state == "0A" and int(port_hex, 16) == port:
+                if len(address) == 8:
+                    hosts.add(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+                else:
+                    hosts.add("::1" if address == "0" * 24 + "01000000" else address)
+    return hosts
+
+
+def test_under_make_run_the_metrics_and_ray_listen_on_loopback_only(service):
+    assert listening_hosts(service["ports"]["metrics"]) == {"127.0.0.1"}
+    assert listening_hosts(service["ports"]["dashboard"]) == {"127.0.0.1"}
+    assert listening_hosts(service["ports"]["http"]) == {"127.0.0.1"}  # --host's default

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from app.synthetic import render_text_page
-from tests.conftest import OCR_REPLICAS, TEST_LIMITS, pdf_bytes, png_bytes
+from tests.conftest import TEST_ARGS, OCR_REPLICAS, TEST_LIMITS, pdf_bytes, png_bytes
 
 
 def words(text: str) -> str:
@@ -191,6 +191,8 @@ def test_health_readiness_and_info(client):
     assert info["engine"]["name"] == "ppocr"
     assert info["engine"]["batching"]["max_batch_size"] == 8
     assert info["settings"]["limits"]["max_pages"] == TEST_LIMITS["max_pages"]
+    assert info["settings"]["jobs"]["store"] == "sqlite"  # the kind, never the URL or path
+    assert TEST_ARGS["jobs"]["store"].split("///")[1] not in client.get("/v1/info").text
 
 
 def test_four_ocr_replicas_share_one_logical_gpu(ray_session, client):

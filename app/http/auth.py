@@ -136,11 +136,19 @@ class APIKeyMiddleware:
         except Unauthorized as error:
             from app.http.error_boundary import error_response, request_id_for
 
-            logger.info("refused %s %s: 401 unauthorized", scope.get("method"), scope["path"])
+            logger.info("refused %s %s: 401 unauthorized", printable(scope.get("method")), printable(scope["path"]))
             response = error_response(error, request_id_for(scope), headers={"WWW-Authenticate": 'Bearer realm="ocr"'})
             return await response(scope, receive, send)
         scope.setdefault("state", {})["api_client"] = name
         return await self._app(scope, receive, send)
+
+
+def printable(text, limit: int = 200) -> str:
+    """A client's text for a log line: control and non-ASCII characters escaped (a decoded %0A cannot
+    start a forged line), and cut at `limit`."""
+    escaped = str(text).encode("ascii", "backslashreplace").decode("ascii")
+    escaped = "".join(ch if " " <= ch <= "~" else f"\\x{ord(ch):02x}" for ch in escaped)
+    return escaped if len(escaped) <= limit else escaped[:limit] + "..."
 
 
 def add_key(path: Path, name: str) -> str:

@@ -42,6 +42,18 @@ api.add_middleware(RequestLog)  # added last: outermost, so it sees 401s too
 error_boundary.install(api)
 
 
+def public_settings(settings: Settings) -> dict:
+    """The settings for any key holder: where secrets and strangers' documents live is told as set or not.
+    A store URL may carry a host, port or (against the docs) a password; its kind is enough here."""
+    public = settings.model_dump()
+    jobs, auth = public["jobs"], public["auth"]
+    jobs["store"] = jobs["store"].split(":", 1)[0] if jobs["store"] else None
+    for section, name in ((jobs, "redis_password_file"), (jobs, "redis_ca_file"), (auth, "api_keys_file")):
+        if name in section:
+            section[name] = "set" if section[name] else None
+    return public
+
+
 def _request_id(request: Request) -> str:
     """The id RequestLog fixed for this request (Serve's, so that every deployment logs it)."""
     return error_boundary.request_id_for(request.scope)
@@ -255,6 +267,6 @@ class Ingress:
             "service": {"version": __version__},
             "engine": engine,
             "preprocess": preprocess,  # one Preprocessor replica's user_config in force
-            "settings": self._settings.model_dump(),
+            "settings": public_settings(self._settings),
         }
 
