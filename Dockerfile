@@ -20,6 +20,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.11 python3.11-venv libglib2.0-0 curl ca-certificates tini \
+       redis-server \
     && rm -rf /var/lib/apt/lists/* \
     && python3.11 -m venv /opt/venv \
     && useradd --create-home --uid 10001 ocr
@@ -34,7 +35,9 @@ FROM dependencies AS service
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
     /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheelhouse/offline_ocr_serve-*.whl
 COPY --chmod=0755 cluster/entrypoint.sh /usr/local/bin/ocr-entrypoint
-COPY --chmod=0644 cluster/ray-auth.sh /usr/local/bin/ray-auth.sh
+COPY --chmod=0644 cluster/ray-auth.sh cluster/ray-tls.sh /usr/local/bin/
+# The fleet's job store runs from this image too (KubeRay's StatefulSet ocr-redis): Debian's redis-server.
+COPY --chmod=0755 cluster/redis-node.sh /usr/local/bin/ocr-redis
 COPY serve_config.yaml /etc/ocr/serve_config.yaml
 
 FROM service AS final
@@ -65,12 +68,14 @@ ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1
 
 # Secrets are mounted at run time, never built in: /etc/ocr/secrets/api_keys (API key digests,
-# serve_config.yaml auth.api_keys_file) and /etc/ocr/secrets/ray_auth_token (mode 0600, the Ray token).
+# serve_config.yaml auth.api_keys_file), /etc/ocr/secrets/ray_auth_token (mode 0600, the Ray token),
+# /etc/ocr/secrets/redis_password, and the fleet's TLS files in /etc/ocr/tls (cluster/make-tls.sh).
 USER 10001
 WORKDIR /home/ocr
 EXPOSE 8000 6379 8265
 # Liveness only: weights of several GB take minutes to load and verify, so give them time.
+# The API is https; this probe stays inside the container, so it need not check the certificate's names.
 HEALTHCHECK --start-period=600s --interval=30s --timeout=10s --retries=3 \
-    CMD ["sh", "-c", "curl -fsS http://127.0.0.1:8000/healthz || exit 1"]
+    CMD ["sh", "-c", "curl -fsSk https://127.0.0.1:8000/healthz || exit 1"]
 ENTRYPOINT ["tini", "--", "ocr-entrypoint"]
 CMD ["standalone"]

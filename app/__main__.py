@@ -48,11 +48,28 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _transport_refusal(options) -> str | None:
+    """Why the API may not listen as asked: TLS half given or unreadable, or plaintext on the network."""
+    if bool(options.tls_cert) != bool(options.tls_key):
+        return "--tls-cert and --tls-key go together."
+    for path in filter(None, (options.tls_cert, options.tls_key)):
+        if not os.access(path, os.R_OK):
+            return f"{path} cannot be read."
+    if not options.tls_cert and not _is_loopback(options.host) and not options.plain_http:
+        return (f"--host {options.host} would carry API keys and documents over the network in clear. Give "
+                "--tls-cert and --tls-key (cluster/make-tls.sh makes them), or --plain-http if TLS ends in front.")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--config", help="serve config file whose applications[0].args to use")
+    parser.add_argument("--tls-cert", help="PEM certificate (chain) for https on --host; with --tls-key")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert (mode 0600)")
+    parser.add_argument("--plain-http", action="store_true",
+                        help="serve plain http on a non-loopback --host (TLS ends in front of this machine)")
     parser.add_argument("--engine", help="the engine (ppocr, vlm, vllm, ...), over the --config file's")
     parser.add_argument("--model-dir", help="the engine's local model directory, over the --config file's")
     parser.add_argument("--num-cpus", type=int, default=None, help="logical CPUs for the local Ray instance")
@@ -78,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
               "or listen on 127.0.0.1.", file=sys.stderr)
         return 2
 
+    refusal = _transport_refusal(options)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+
     args = with_local_job_store(args, options.data_dir)
 
     import ray
@@ -91,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address="local", num_cpus=options.num_cpus, num_gpus=options.num_gpus, include_dashboard=True,
              dashboard_host="127.0.0.1", dashboard_port=options.dashboard_port,
              _metrics_export_port=options.metrics_port, _temp_dir=options.temp_dir)
-    serve.start(http_options={"host": options.host, "port": options.port})
+    tls = {"ssl_certfile": options.tls_cert, "ssl_keyfile": options.tls_key} if options.tls_cert else {}
+    serve.start(http_options={"host": options.host, "port": options.port, **tls})
     try:
         deploy(build_app(args), name="ocr", timeout_s=options.start_timeout)
     except Exception as exc:
@@ -99,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         serve.shutdown()
         ray.shutdown()
         return 1
-    print(f"OCR service ready at http://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it\n"
+    scheme = "https" if options.tls_cert else "http"
+    print(f"OCR service ready at {scheme}://{options.host}:{options.port}  (POST /v1/ocr, GET /readyz); Ctrl-C stops it\n"
           f"  metrics: http://127.0.0.1:{options.metrics_port}/metrics (Prometheus; cluster/observability/)\n"
           f"  dashboard: http://127.0.0.1:{options.dashboard_port} (token auth: "
           f"RAY_AUTH_MODE=token serve status -a http://127.0.0.1:{options.dashboard_port})", flush=True)

@@ -23,6 +23,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -122,7 +123,7 @@ def write_atomically(path: Path, data: str) -> None:
 
 class Client:
     def __init__(self, url: str, api_key: Optional[str], timeout_s: float = 120.0, give_up_after_s: float = 600.0,
-                 poll_s: float = 1.0, verify: Union[str, bool] = True):
+                 poll_s: float = 1.0, verify: Union[ssl.SSLContext, bool] = True):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify,
                                   follow_redirects=False)
@@ -145,6 +146,8 @@ class Client:
                     return response
                 delay = _retry_after(response)
             except httpx.TransportError as exc:
+                if _certificate_refused(exc):
+                    raise  # waiting does not make a wrong certificate right
                 failure, delay = exc, min(2.0 ** attempt, 10.0)
             if time.monotonic() - started + delay > self._give_up_after_s:
                 if failure is not None:  # the last attempt reached no service: say so, not a stale answer
@@ -155,6 +158,15 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -278,8 +290,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 if is_complete(out, stems[path], source_of(path, options.pages))}
     todo = [path for path in paths if path not in outcomes]
     print(f"{len(paths)} file(s): {len(outcomes)} already done, {len(todo)} to OCR", file=sys.stderr)
-    client = Client(options.url, api_key, give_up_after_s=options.give_up_after, poll_s=options.poll,
-                    verify=options.ca_bundle or True)
+    verify = ssl.create_default_context(cafile=options.ca_bundle) if options.ca_bundle else True
+    client = Client(options.url, api_key, give_up_after_s=options.give_up_after, poll_s=options.poll, verify=verify)
     progress = Progress(disable=options.no_progress)
     try:
         with ThreadPoolExecutor(max_workers=max(1, options.concurrency)) as pool:

@@ -258,8 +258,8 @@ class Settings(BaseModel):
         if self.device == "cuda" and self.ocr_num_gpus <= 0:
             raise ValueError("device 'cuda' needs ocr_num_gpus > 0, or the replica is given no GPU")
         store = self.jobs.store
-        if store and not (store.startswith("sqlite:///") or store.startswith("redis://")):
-            raise ValueError("jobs.store must be sqlite:///ABSOLUTE/PATH or redis://HOST:PORT/DB")
+        if store and not store.startswith(("sqlite:///", "redis://", "rediss://")):
+            raise ValueError("jobs.store must be sqlite:///ABSOLUTE/PATH, rediss://HOST:PORT/DB (TLS) or redis://")
         if self.engine in ("vlm", "vllm") and not self.model_dir:
             raise ValueError(f"engine '{self.engine}' needs model_dir: a local directory holding the model")
         return self

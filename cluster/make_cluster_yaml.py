@@ -20,7 +20,11 @@ START_FLAGS = "--num-gpus=$(nvidia-smi -L | wc -l) --metrics-export-port=8080 --
 # Token authentication from the token file delivered to every node with the bundle (mode 0600,
 # cluster/make-ray-token.sh), mounted read-only into the container; never baked into the image.
 TOKEN_PATH = "/etc/ocr/secrets/ray_auth_token"
-AUTH_ENV = f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={TOKEN_PATH} CUDA_DEVICE_ORDER=PCI_BUS_ID"
+# Mutual TLS between nodes from the fleet's files (cluster/make-tls.sh), mounted read-only likewise.
+TLS_DIR = "/etc/ocr/tls"
+TLS_ENV = (f"RAY_USE_TLS=1 RAY_TLS_SERVER_CERT={TLS_DIR}/node.crt RAY_TLS_SERVER_KEY={TLS_DIR}/node.key "
+           f"RAY_TLS_CA_CERT={TLS_DIR}/ca.crt")
+AUTH_ENV = f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={TOKEN_PATH} {TLS_ENV} CUDA_DEVICE_ORDER=PCI_BUS_ID"
 
 
 def read_inventory(path: Path) -> tuple[str, list[str]]:
@@ -57,7 +61,7 @@ def cluster_config(head: str, workers: list[str], image: str, ssh_user: str, ssh
             # --runtime=nvidia works on Docker engines too old to know --gpus.
             "run_options": ["--runtime=nvidia", "-e NVIDIA_VISIBLE_DEVICES=all", "--shm-size=16g",
                             "--ulimit nofile=65536:65536", "-v /models:/models:ro",
-                            "-v /etc/ocr/secrets:/etc/ocr/secrets:ro"],
+                            "-v /etc/ocr/secrets:/etc/ocr/secrets:ro", f"-v {TLS_DIR}:{TLS_DIR}:ro"],
         },
         "initialization_commands": [],
         "setup_commands": [],

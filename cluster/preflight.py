@@ -1,11 +1,14 @@
 """Node preflight: is this machine ready to run the service's GPU image?
 
     python cluster/preflight.py [--cuda 12.4] [--image REGISTRY/ocr:1.2.0] [--min-shm-gib 8] [--min-disk-gib 100]
+                                [--tls-dir /etc/ocr/tls] [--job-store rediss://ocr-redis:6390/0]
 
 Prints one row per check and exits 1 if any check fails. Checks: the NVIDIA driver and its GPUs
 (NVML), that the driver supports the image's CUDA version, that nouveau is not loaded, the NVIDIA
-runtime in Docker's config, /dev/shm size, free disk, clock synchronisation, and that torch sees
-CUDA (inside --image when given, else in this Python).
+runtime in Docker's config, /dev/shm size, free disk, clock synchronisation, that torch sees
+CUDA (inside --image when given, else in this Python), the fleet's TLS files (present, the key
+private, the certificate signed by the CA and valid for 30 days more), and, with --job-store,
+that the fleet's Redis answers over TLS with the password, AOF on and no eviction.
 """
 
 from __future__ import annotations
@@ -119,8 +122,50 @@ def check_torch_cuda(image: Optional[str], run: Callable = subprocess.run) -> Ch
     return Check("torch sees CUDA", FAIL, f"{where}: {(result.stdout + result.stderr).strip()[-160:] or 'False'}")
 
 
+def check_tls_files(directory: str) -> Check:
+    name, root = "TLS files", Path(directory)
+    missing = [f for f in ("ca.crt", "node.crt", "node.key") if not (root / f).is_file()]
+    if missing:
+        return Check(name, FAIL, f"{directory}: no {', '.join(missing)} (cluster/make-tls.sh makes them)")
+    mode = (root / "node.key").stat().st_mode & 0o777
+    if mode & 0o077:
+        return Check(name, FAIL, f"{root / 'node.key'} has mode {mode:o}: chmod 600 it")
+    try:
+        verified = subprocess.run(["openssl", "verify", "-CAfile", str(root / "ca.crt"), str(root / "node.crt")],
+                                  capture_output=True, text=True, timeout=30)
+        lasting = subprocess.run(["openssl", "x509", "-checkend", str(30 * 86400), "-noout", "-in",
+                                  str(root / "node.crt")], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(name, WARN, f"cannot run openssl ({exc}); check the files by hand")
+    if verified.returncode != 0:
+        return Check(name, FAIL, f"node.crt is not signed by ca.crt: {(verified.stdout + verified.stderr).strip()[-120:]}")
+    if lasting.returncode != 0:
+        return Check(name, FAIL, "node.crt expires within 30 days: make new files and roll them out")
+    return Check(name, PASS, f"{directory}: signed by its CA, valid 30 days more, key private")
+
+
+def check_job_store(url: Optional[str], ca_file: str, password_file: str) -> Optional[Check]:
+    """The fleet's Redis as the service opens it (app/jobs/redis_store.py): TLS, password, AOF, no eviction."""
+    if not url:
+        return None
+    name = "job store"
+    try:
+        from app.jobs.settings import Jobs
+        from app.jobs.store import open_store
+    except ImportError as exc:
+        return Check(name, WARN, f"run this inside the image to check {url} ({exc})")
+    try:
+        store = open_store(Jobs(store=url, redis_ca_file=ca_file, redis_password_file=password_file))
+        store.ping()
+        store.close()
+    except Exception as exc:  # any refusal is the finding
+        return Check(name, FAIL, f"{url}: {type(exc).__name__}: {str(exc)[:160]}")
+    return Check(name, PASS, f"{url}: TLS, password, appendonly, noeviction")
+
+
 def run_checks(options, nvml_loader: Callable = load_nvml) -> list[Check]:
     driver, nvml = check_driver(nvml_loader)
+    store = check_job_store(options.job_store, f"{options.tls_dir}/ca.crt", options.redis_password_file)
     return [
         driver,
         check_cuda(nvml, options.cuda),
@@ -130,7 +175,8 @@ def run_checks(options, nvml_loader: Callable = load_nvml) -> list[Check]:
         check_space("free disk", options.disk_path, options.min_disk_gib),
         check_clock(),
         check_torch_cuda(options.image),
-    ]
+        check_tls_files(options.tls_dir),
+    ] + ([store] if store else [])
 
 
 def table(checks: list[Check]) -> str:
@@ -149,6 +195,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--min-shm-gib", type=float, default=8.0)
     parser.add_argument("--min-disk-gib", type=float, default=100.0)
     parser.add_argument("--disk-path", default="/var/lib/docker" if Path("/var/lib/docker").exists() else "/")
+    parser.add_argument("--tls-dir", default="/etc/ocr/tls", help="the fleet's ca.crt, node.crt, node.key")
+    parser.add_argument("--job-store", help="the fleet's Redis, as serve_config.yaml names it (rediss://HOST:6390/0)")
+    parser.add_argument("--redis-password-file", default="/etc/ocr/secrets/redis_password")
     options = parser.parse_args(argv)
     checks = run_checks(options)
     print(table(checks))

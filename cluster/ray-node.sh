@@ -4,7 +4,8 @@
 #   cluster/ray-node.sh head
 #   cluster/ray-node.sh worker HEAD_IP
 #
-# Closed by default: Ray token authentication (cluster/ray-auth.sh; no token, no start) and the
+# Closed by default: Ray token authentication (cluster/ray-auth.sh; no token, no start), mutual
+# TLS between Ray's processes and nodes (cluster/ray-tls.sh; no certificate, no start) and the
 # dashboard and job API on the head's 127.0.0.1 only (reach them on the head or through an SSH
 # tunnel; RAY_DASHBOARD_HOST=0.0.0.0 opts in). Every port is fixed, so a firewall can list them
 # (cluster/README.md, "Ports"); OCR_* variables move them, for several nodes on one machine.
@@ -16,6 +17,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=cluster/ray-auth.sh
 source "$here/ray-auth.sh"
 ray_token_auth
+# shellcheck source=cluster/ray-tls.sh
+source "$here/ray-tls.sh"
+ray_tls
 
 export RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # NVML and CUDA then count GPUs in the same order, so telemetry reads the replica's own GPU.

@@ -41,7 +41,8 @@ def test_inventory_head_mark_and_latest_tag(tmp_path):
 
 
 def test_kuberay_manifest_parses_and_carries_valid_args():
-    manifest = yaml.safe_load((ROOT / "cluster" / "kuberay-rayservice.yaml").read_text())
+    manifest = next(doc for doc in yaml.safe_load_all((ROOT / "cluster" / "kuberay-rayservice.yaml").read_text())
+                    if doc["kind"] == "RayService")
     assert manifest["kind"] == "RayService"
     serve_config = yaml.safe_load(manifest["spec"]["serveConfigV2"])
     settings = Settings.model_validate(serve_config["applications"][0]["args"])
@@ -56,3 +57,15 @@ def test_systemd_units_restart_ray(unit):
     parser.read(ROOT / "cluster" / "systemd" / unit)
     assert parser["Service"]["Restart"] == "always"
     assert "ray-node.sh" in parser["Service"]["ExecStart"]
+
+
+def test_the_redis_unit_runs_the_projects_script_closed():
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.read(ROOT / "cluster" / "systemd" / "ocr-redis.service")
+    service = parser["Service"]
+    assert service["Restart"] == "always" and "redis-node.sh" in service["ExecStart"]
+    assert service["User"] != "root" and service["NoNewPrivileges"] == "true"
+    script = (ROOT / "cluster" / "redis-node.sh").read_text()
+    for line in ("port 0", "appendonly yes", "maxmemory-policy noeviction", "tls-port $port", "requirepass $password"):
+        assert line in script, line
+    assert "redis-server -" in script  # the config, password included, on stdin: not on disk, not in ps

@@ -154,14 +154,19 @@ return 1
 
 
 class RedisJobStore(JobStore):
-    def __init__(self, url: str, password_file: Optional[str] = None, require_aof: bool = True):
+    def __init__(self, url: str, password_file: Optional[str] = None, require_aof: bool = True,
+                 ca_file: Optional[str] = None):
         password = None
         if password_file:
             with open(password_file) as handle:
                 password = handle.read().strip()
+        tls = {}
+        if url.startswith("rediss://"):  # the server's certificate is checked against ca_file, hostname included
+            tls = {"ssl_cert_reqs": "required", "ssl_check_hostname": True, "ssl_ca_certs": ca_file}
         self._redis = redis.Redis.from_url(
             url, password=password, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30,
-            retry=Retry(ExponentialBackoff(cap=2.0), 5), retry_on_error=[redis.ConnectionError, redis.TimeoutError])
+            retry=Retry(ExponentialBackoff(cap=2.0), 5), retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+            **tls)
         if require_aof and str(self._redis.info("persistence").get("aof_enabled")) != "1":
             raise RuntimeError("The Redis at jobs.store has appendonly off: a restart of it would lose accepted jobs. "
                                "Start it with --appendonly yes (or set jobs.require_aof: false).")

@@ -28,10 +28,15 @@ class Jobs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     store: Optional[str] = Field(
-        None, description="sqlite:///ABSOLUTE/PATH (one node) or redis://HOST:PORT/DB (the fleet); unset: no /v1/jobs."
+        None, description="sqlite:///ABSOLUTE/PATH (one node) or rediss://HOST:PORT/DB (the fleet, TLS; redis:// "
+        "is plaintext, for a Redis on the same host); unset: no /v1/jobs."
     )
     redis_password_file: Optional[str] = Field(
         None, description="File holding the Redis password (requirepass); never put it in the URL or the config."
+    )
+    redis_ca_file: Optional[str] = Field(
+        None, description="PEM file of the CA that signed the Redis server's certificate (rediss://); unset: the "
+        "system's CAs."
     )
     require_aof: bool = Field(
         True, description="Refuse a Redis without appendonly: a restart of it would lose accepted jobs."

@@ -118,7 +118,8 @@ def open_store(jobs) -> JobStore:
         return SQLiteJobStore(url[len("sqlite://"):])
     from app.jobs.redis_store import RedisJobStore
 
-    return RedisJobStore(url, password_file=jobs.redis_password_file, require_aof=jobs.require_aof)
+    return RedisJobStore(url, password_file=jobs.redis_password_file, require_aof=jobs.require_aof,
+                         ca_file=jobs.redis_ca_file)
 
 
 def admission(jobs, client: str) -> Admission:
