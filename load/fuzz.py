@@ -36,6 +36,9 @@ class Case:
     multipart: bool = False  # send the body as multipart field 'file'
     params: dict = field(default_factory=dict)
     raw: Optional[bytes] = None  # a whole HTTP request sent over a socket as it is
+    method: str = "POST"
+    path: str = "/v1/ocr"  # /v1/jobs... for the job routes
+    headers: dict = field(default_factory=dict)
     complete: bool = True  # False: the request is cut short on purpose (no answer required)
     slow_chunks: int = 0  # send the raw request in this many pieces, 50 ms apart
 
@@ -48,6 +51,7 @@ class Outcome:
     code: Optional[str]
     seconds: float
     from_proxy: bool = False  # answered by the HTTP server before the application (protocol garbage)
+    job_id: Optional[str] = None  # a job the case's submit was accepted as
 
 
 def base_documents() -> dict[str, bytes]:
@@ -294,13 +298,53 @@ def request_abuse(rng: random.Random, docs: dict[str, bytes], host: str) -> Case
     return Case(f"http/declared-{declared[:12]!r}", docs["pdf"] if "png" in declared else png, declared or None)
 
 
-def fuzz_cases(seed: int, count: int, host: str = "127.0.0.1") -> Iterator[Case]:
+JOB_IDS = ["0" * 32, "f" * 32, "../../etc/passwd", "%2e%2e%2fjobs", "x" * 3000, "%00", "%0aINFO%20forged",
+           "\u0661" * 32, "A" * 32, " ", "{job_id}"]
+WAITS = ["-1", "nan", "inf", "1e309", "61", "abc", " ", "0x10", "60.0000001", "1_0", "5"]
+FORMATS = ["pdf", "", "x" * 1000, "JSON", "markdown\x00", "../json"]
+IDEMPOTENCY_KEYS = ["", "a" * 300, "%C3%A9", "k\x00", "../k", "key with space", "ok-key-1"]
+
+
+def job_route_abuse(rng: random.Random, docs: dict[str, bytes]) -> Case:
+    """The job routes' own inputs: ids, the long-poll's wait, the result format, Idempotency-Key, methods."""
+    job_id = rng.choice(JOB_IDS)
+    choice = rng.randrange(6)
+    if choice == 0:
+        return Case(f"jobs/status-{job_id[:12]!r}", method="GET", path=f"/v1/jobs/{job_id}")
+    if choice == 1:
+        wait = rng.choice(WAITS)
+        return Case(f"jobs/wait-{wait!r}", method="GET", path=f"/v1/jobs/{'0' * 32}", params={"wait": wait})
+    if choice == 2:
+        form = rng.choice(FORMATS)
+        return Case(f"jobs/result-format-{form[:12]!r}", method="GET", path=f"/v1/jobs/{job_id}/result",
+                    params={"format": form})
+    if choice == 3:
+        return Case(f"jobs/delete-{job_id[:12]!r}", method="DELETE", path=f"/v1/jobs/{job_id}")
+    if choice == 4:
+        key = rng.choice(IDEMPOTENCY_KEYS)
+        return Case(f"jobs/idempotency-{key[:12]!r}", docs["png"], "image/png", path="/v1/jobs",
+                    headers={"idempotency-key": key} if "\x00" not in key else {"idempotency-key": "k%00"})
+    method = rng.choice(["PUT", "PATCH", "GET"])
+    return Case(f"jobs/method-{method}", docs["png"], "image/png", method=method, path="/v1/jobs")
+
+
+def fuzz_cases(seed: int, count: int, host: str = "127.0.0.1", jobs: bool = False) -> Iterator[Case]:
+    """With `jobs`, a third of the cases go to the job routes: mutated documents submitted as jobs, and
+    abuse of the routes' own inputs."""
     rng = random.Random(seed)
     docs = base_documents()
     kinds = sorted(MUTATIONS)
     for number in range(count):
         roll = rng.random()
-        if roll < 0.15:
+        if jobs and rng.random() < 1 / 3:
+            if rng.random() < 0.5:
+                case = job_route_abuse(rng, docs)
+            else:
+                kind = rng.choice(kinds)
+                label, body = rng.choice(MUTATIONS[kind])(rng, docs[kind])
+                case = Case(f"jobs-submit/{kind}/{label}", body, DECLARED[kind], multipart=rng.random() < 0.5,
+                            path="/v1/jobs")
+        elif roll < 0.15:
             case = request_abuse(rng, docs, host)
         elif roll < 0.22:
             kind = rng.choice(kinds)
@@ -336,16 +380,24 @@ def send_case(url: str, case: Case, client: httpx.Client, timeout_s: float = 60)
     if case.raw is not None:
         return _send_raw(url, case, started, timeout_s)
     headers = {"content-type": case.content_type} if case.content_type and not case.multipart else {}
+    headers.update(case.headers)
+    target = f"{url}{case.path}"
     try:
         if case.multipart:
-            response = client.post(f"{url}/v1/ocr", params=case.params,
-                                   files={"file": ("upload", case.body, case.content_type or "")}, timeout=timeout_s)
+            response = client.request(case.method, target, params=case.params, headers=case.headers,
+                                      files={"file": ("upload", case.body, case.content_type or "")}, timeout=timeout_s)
+        elif case.body or case.method in ("POST", "PUT", "PATCH"):
+            response = client.request(case.method, target, params=case.params, content=case.body, headers=headers,
+                                      timeout=timeout_s)
         else:
-            response = client.post(f"{url}/v1/ocr", params=case.params, content=case.body, headers=headers,
-                                   timeout=timeout_s)
+            response = client.request(case.method, target, params=case.params, headers=case.headers,
+                                      timeout=timeout_s)
     except httpx.HTTPError:
         return Outcome(case.name, None, False, None, time.monotonic() - started)
-    return _outcome(case.name, started, response.status_code, response.content)
+    outcome = _outcome(case.name, started, response.status_code, response.content)
+    if case.path == "/v1/jobs" and case.method == "POST" and response.status_code in (200, 202):
+        outcome.job_id = response.json()["id"]
+    return outcome
 
 
 def _send_raw(url: str, case: Case, started: float, timeout_s: float) -> Outcome:

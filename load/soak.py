@@ -7,10 +7,14 @@ controller's apply_config, the call `serve deploy` makes: the shipped limits, bu
 engine, two OCR replicas. Then, one after another (load/soak_scenarios.py):
   1. a seeded fuzzer of 400 hostile requests;
   2. memory and CPU bombs while two clients send normal pages;
-  3. 70 stalled uploads plus one good request;
+  3. 70 stalled uploads plus one good request; then 170 job uploads that announce 400 MB and
+     stall, and 170 long-polls on a running job, each followed by one good request;
   4. kill -9 of an OCR replica under 4-client load, 60 s watched after;
   5. rolling updates under load: a live user_config change, then new args (every replica restarts);
-  6. RSS of every replica from request 500 to request 3,000, PDFs included.
+  6. RSS of every replica from request 500 to request 3,000, PDFs included;
+  7. job lifecycles (submit, long-poll, result, delete, 404) beside /v1/ocr load.
+The fuzzer sends a third of its requests to /v1/jobs (documents and the routes' own inputs),
+and every job it gets accepted must end.
 Prints one table, writes the JSON report (commit, settings, every figure, each verdict) and
 exits 1 if any criterion of issue 9 fails. Under 20 minutes on 2 cores; --quick is a smoke run.
 """
@@ -22,6 +26,7 @@ import copy
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +40,7 @@ os.environ.setdefault(*PROXY_GUARD_ENV)
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
+from app.testkit.documents import numbered_pdf  # noqa: E402
 from app.testkit.waits import wait_for  # noqa: E402
 from load import soak_scenarios as soak  # noqa: E402
 from load.common import commit, free_port  # noqa: E402
@@ -50,13 +56,17 @@ READ_TIMEOUT_S = 10
 def soak_config(port: int) -> dict:
     """serve_config.yaml for this machine: bundled engine, no GPU, fixed replica counts."""
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    config["http_options"].update(host="127.0.0.1", port=port)
     config["proxy_location"] = "HeadOnly"
     app = config["applications"][0]
     args = app["args"]
-    # No API keys here: the soak's service listens on 127.0.0.1 only, for this process.
-    for key in ("model_dir", "vlm", "ocr_autoscaling", "auth", "jobs"):
+    # No API keys here: the soak's service listens on 127.0.0.1 only, for this process. Jobs in a
+    # SQLite file of this run (the fleet's Redis is tests/test_tls.py's), short leases.
+    for key in ("model_dir", "vlm", "ocr_autoscaling", "auth"):
         args.pop(key, None)
+    args["jobs"] = {"store": f"sqlite:///{tempfile.mkdtemp(prefix='ocr-soak-jobs-')}/jobs.sqlite3", "lease_s": 5,
+                    "max_pages": 40, "upload_idle_timeout_s": READ_TIMEOUT_S}
+    config.pop("http_options", None)
+    config["http_options"] = {"host": "127.0.0.1", "port": port}
     args.update(engine="ppocr", device="cpu", engine_threads=1, ocr_replicas=OCR_REPLICAS, ocr_num_cpus=0.5,
                 ocr_num_gpus=0)
     args["limits"]["upload_read_timeout_s"] = READ_TIMEOUT_S
@@ -70,6 +80,12 @@ def soak_config(port: int) -> dict:
         else:
             deployment["num_replicas"] = 1
     return config
+
+
+def running_job(url: str) -> str:
+    """A 40-page job to long-poll on: it runs for a while on the CPU engine."""
+    return httpx.post(f"{url}/v1/jobs", files={"file": ("doc.pdf", numbered_pdf(40, "Polled"), "application/pdf")},
+                      timeout=120).json()["id"]
 
 
 def apply_config(config: dict) -> None:
@@ -113,6 +129,8 @@ def verdicts(results: dict, limits: dict) -> dict:
     if fuzz:
         out["fuzzer: 0 x 5xx, 0 drops, JSON errors, all replicas up"] = (
             not fuzz["bad"] and not fuzz["replica_dips"] and fuzz["alive_after"] and fuzz["requests"] >= 300)
+        out["fuzzer on /v1/jobs: every accepted job ended"] = (
+            fuzz.get("job_route_requests", 0) > 0 and fuzz.get("jobs_unfinished") == [])
     bombs = results.get("bombs")
     if bombs:
         slack = limits["page_render_timeout_s"] + 10
@@ -123,6 +141,15 @@ def verdicts(results: dict, limits: dict) -> dict:
     stalled = results.get("stalled")
     if stalled:
         out["70 stalled uploads: the good request gets 200"] = stalled["good_status"] == 200 and stalled["good_correct"]
+    for name in ("stalled_jobs", "long_polls"):
+        held = results.get(name)
+        if held:
+            out[f"{name.replace('_', ' ')} x170: the good request gets 200 within 30 s"] = (
+                held["good_status"] == 200 and held["good_correct"] and held["good_seconds"] < 30)
+    jobs = results.get("jobs")
+    if jobs:
+        out["job lifecycles: 0 failed, /v1/ocr beside them 0 failed"] = (
+            not jobs["failures"] and jobs["cycles"].get("ok", 0) > 0 and jobs["ocr_load"]["failed"] == 0)
     kill = results.get("kill")
     if kill:
         out["kill -9: 0 failed, count back within 15 s"] = (
@@ -159,6 +186,15 @@ def table(results: dict, checks: dict) -> str:
         s = results["stalled"]
         rows.append(("70 stalled uploads", f"good request {s['good_status']} in {s['good_seconds']} s; stalled "
                      f"answered {s['stalled_answers']}"))
+    for name in ("stalled_jobs", "long_polls"):
+        if name in results:
+            h = results[name]
+            rows.append((f"170 {name.replace('_', ' ')}", f"good request {h['good_status']} in {h['good_seconds']} s; "
+                         f"held answered {h.get('stalled_answers') or h.get('poll_answers')}"))
+    if "jobs" in results:
+        j = results["jobs"]
+        rows.append(("job lifecycles", f"{j['cycles']} in {j['seconds']} s by {j['job_clients']} clients; /v1/ocr "
+                     f"beside: {j['ocr_load']['requests']} requests, {j['ocr_load']['failed']} failed"))
     if "kill" in results:
         k = results["kill"]
         a = k["after_kill"]
@@ -208,8 +244,8 @@ def main() -> int:
     if options.markdown:
         print(markdown(json.loads(options.markdown.read_text())))
         return 0
-    sizes = ({"fuzz": 60, "after_s": 15, "rss": 300, "baseline": 100} if options.quick else
-             {"fuzz": 400, "after_s": 60, "rss": 3000, "baseline": 500})
+    sizes = ({"fuzz": 60, "after_s": 15, "rss": 300, "baseline": 100, "jobs_s": 20} if options.quick else
+             {"fuzz": 400, "after_s": 60, "rss": 3000, "baseline": 500, "jobs_s": 120})
 
     import ray
     from ray import serve
@@ -230,11 +266,16 @@ def main() -> int:
         wait_until_running("ocr", 300)
         print(f"service up in {time.monotonic() - started:.0f} s at {url}", flush=True)
         scenarios = [
-            ("fuzz", lambda: soak.fuzz(url, seed=options.seed, count=sizes["fuzz"])),
+            ("fuzz", lambda: soak.fuzz(url, seed=options.seed, count=sizes["fuzz"], jobs=True)),
             ("bombs", lambda: soak.bombs(url, {"self-drawing-form-pdf": self_drawing_form_pdf(),
                                                 "fan-out-forms-pdf-7x10": fan_out_forms_pdf(7, 10),
                                                 "apng-2^31-frames": apng_frame_bomb(), **damaged_tiffs()})),
             ("stalled", lambda: soak.stalled_uploads(url, 70, READ_TIMEOUT_S)),
+            ("stalled_jobs", lambda: soak.stalled_uploads(url, 170, READ_TIMEOUT_S, path="/v1/jobs",
+                                                          announced=400_000_000)),
+            ("long_polls", lambda: soak.long_polls(url, 170, running_job(url), soak.good_png())),
+            ("jobs", lambda: soak.jobs_lifecycle(url, numbered_pdf(3, "Cycle"), "Cycle page 3",
+                                                 seconds=sizes["jobs_s"])),
             ("kill", lambda: soak.kill_ocr_replica(url, clients=4, after_s=sizes["after_s"]) | {"watched_s": sizes["after_s"]}),
             ("rolling", lambda: soak.rolling_update(url, updates(url, config))),
             ("rss", lambda: soak.rss_growth(url, requests=sizes["rss"], baseline_at=sizes["baseline"])),

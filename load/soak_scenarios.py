@@ -156,11 +156,13 @@ class ClientLoad:
 
 # --- scenarios ----------------------------------------------------------------------------------
 
-def fuzz(url: str, seed: int, count: int, check_every: int = 25) -> dict:
-    """Hostile requests one after another; the service must stay up with every replica RUNNING."""
+def fuzz(url: str, seed: int, count: int, check_every: int = 25, jobs: bool = False,
+         job_deadline_s: float = 180) -> dict:
+    """Hostile requests one after another; the service must stay up with every replica RUNNING.
+    With `jobs`, a third go to /v1/jobs, and every job accepted must end (nothing accepted is lost)."""
     expected = running_replicas()
     outcomes, bad, replica_dips = [], [], []
-    cases = list(fuzz_cases(seed, count, host=urlsplit(url).netloc))
+    cases = list(fuzz_cases(seed, count, host=urlsplit(url).netloc, jobs=jobs))
     started = time.monotonic()
     with httpx.Client() as client:
         for number, case in enumerate(cases):
@@ -173,10 +175,17 @@ def fuzz(url: str, seed: int, count: int, check_every: int = 25) -> dict:
                 now = running_replicas()
                 if now != expected:
                     replica_dips.append({"after": case.name, "replicas": now})
+    accepted = [o.job_id for o in outcomes if o.job_id]
+    unfinished = follow_jobs(url, accepted, job_deadline_s) if accepted else []
     alive = httpx.get(f"{url}/readyz", timeout=10).status_code == 200
+    job_outcomes = [o for o, c in zip(outcomes, cases) if c.path.startswith("/v1/jobs")]
     return {
         "seed": seed,
         "requests": len(outcomes),
+        "job_route_requests": len(job_outcomes),
+        "job_route_by_status": dict(sorted(collections.Counter(str(o.status) for o in job_outcomes).items())),
+        "jobs_accepted": len(set(accepted)),
+        "jobs_unfinished": unfinished,
         "seconds": round(time.monotonic() - started, 1),
         "by_status": dict(sorted(collections.Counter(str(o.status) for o in outcomes).items())),
         "by_code": dict(collections.Counter(o.code for o in outcomes if o.code).most_common()),
@@ -186,6 +195,24 @@ def fuzz(url: str, seed: int, count: int, check_every: int = 25) -> dict:
         "alive_after": alive,
         "slowest": sorted(((round(o.seconds, 2), o.name) for o in outcomes), reverse=True)[:5],
     }
+
+
+def follow_jobs(url: str, job_ids: list[str], deadline_s: float) -> list[dict]:
+    """Each accepted job until it ends (then it is deleted); those that never end or vanish, with their state."""
+    deadline = time.monotonic() + deadline_s
+    left, lost = list(dict.fromkeys(job_ids)), []
+    with httpx.Client(base_url=url, timeout=70) as client:
+        for job_id in left:
+            status = {}
+            while time.monotonic() < deadline:
+                answer = client.get(f"/v1/jobs/{job_id}", params={"wait": 10})
+                status = answer.json() if answer.status_code == 200 else {"http": answer.status_code}
+                if status.get("status") not in ("queued", "running"):
+                    break
+            if status.get("status") not in ("succeeded", "partial", "failed"):
+                lost.append({"id": job_id, "last": status})
+            client.delete(f"/v1/jobs/{job_id}")
+    return lost
 
 
 def bombs(url: str, cases: dict[str, bytes], clients: int = 2, settle_s: float = 3.0) -> dict:
@@ -358,3 +385,75 @@ def rss_growth(url: str, requests: int, baseline_at: int, clients: int = 4) -> d
         "per_replica": per_replica,
         "replicas_replaced": sorted(set(actors) ^ set(final)),
     }
+
+
+def long_polls(url: str, holders: int, job_id: str, good_body: bytes, wait_s: float = 60) -> dict:
+    """`holders` long-polls (?wait=) on one running job at once, then a good /v1/ocr: it must still get 200."""
+    import asyncio
+
+    async def scenario():
+        limits = httpx.Limits(max_connections=holders + 10, max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=url, timeout=wait_s + 60, limits=limits) as http:
+            polls = [asyncio.ensure_future(http.get(f"/v1/jobs/{job_id}", params={"wait": wait_s}))
+                     for _ in range(holders)]
+            await asyncio.sleep(2.0)
+            started = time.monotonic()
+            good = await http.post("/v1/ocr", content=good_body, headers={"content-type": "image/png"})
+            good_s = time.monotonic() - started
+            answers = await asyncio.gather(*polls, return_exceptions=True)
+            return good, good_s, answers
+
+    good, good_s, answers = asyncio.run(scenario())
+    statuses = collections.Counter(str(a.status_code) if isinstance(a, httpx.Response) else type(a).__name__
+                                   for a in answers)
+    return {"holders": holders, "good_status": good.status_code, "good_seconds": round(good_s, 2),
+            "good_correct": good.status_code == 200 and GOOD_TEXT in " ".join(good.json()["text"].split()).lower(),
+            "poll_answers": dict(statuses)}
+
+
+def jobs_lifecycle(url: str, document: bytes, expect: str, clients: int = 2, seconds: float = 60,
+                   ocr_clients: int = 2) -> dict:
+    """`clients` loops of submit -> long-poll -> result -> delete -> 404, beside /v1/ocr load; every step checked."""
+    cycles, failures = collections.Counter(), []
+    stop = time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def cycle(client: httpx.Client) -> Optional[str]:
+        accepted = client.post("/v1/jobs", files={"file": ("doc.pdf", document, "application/pdf")})
+        if accepted.status_code != 202:
+            return f"submit {accepted.status_code}"
+        job = accepted.json()
+        deadline = time.monotonic() + 120
+        while job["status"] in ("queued", "running"):
+            if time.monotonic() > deadline:
+                return f"not finished: {job['status']}"
+            answer = client.get(job["status_url"], params={"wait": 10})
+            if answer.status_code != 200:
+                return f"status {answer.status_code}"
+            job = answer.json()
+        result = client.get(job["result_url"])
+        if job["status"] != "succeeded" or result.status_code != 200 or expect not in result.json()["text"]:
+            return f"result {job['status']} {result.status_code}"
+        if client.delete(job["status_url"]).status_code != 204:
+            return "delete"
+        if client.get(job["status_url"]).status_code != 404:
+            return "still there after delete"
+        return None
+
+    def loop() -> None:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            while time.monotonic() < stop:
+                why = cycle(client)
+                with lock:
+                    cycles["failed" if why else "ok"] += 1
+                    if why:
+                        failures.append(why)
+
+    with ClientLoad(url, ocr_clients) as load:
+        threads = [threading.Thread(target=loop, daemon=True) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(seconds + 300)
+    return {"job_clients": clients, "seconds": seconds, "cycles": dict(cycles), "failures": failures[:10],
+            "ocr_load": load.summary()}
