@@ -34,14 +34,15 @@ def tenants(ray_session, service_url, tmp_path_factory):
     from app.serve.deploy import deploy
 
     keys_file = tmp_path_factory.mktemp("tenant-keys") / "api_keys"
-    keys = {name: add_key(keys_file, name) for name in ("tenant-a", "tenant-b", "filler")}
+    keys = {name: add_key(keys_file, name) for name in ("tenant-a", "tenant-b", "filler", "thrifty")}
     with small_tmpfs(STORE_BYTES) as directory:
         args = {"engine": "ppocr", "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0,
                 "limits": TEST_LIMITS, "auth": {"api_keys_file": str(keys_file)},
                 "jobs": {"store": f"sqlite:///{directory}/jobs.sqlite3", "max_pages": 300, "lease_s": 3,
                          "turn_pages": 8, "max_inflight_pages": 4, "min_free_bytes": FREE_FLOOR,
                          "quotas": {"max_queued_jobs": 6},
-                         "client_quotas": {"filler": {"max_queued_jobs": 1000, "max_queued_pages": 10**6}}}}
+                         "client_quotas": {"filler": {"max_queued_jobs": 1000, "max_queued_pages": 10**6},
+                                           "thrifty": {"max_decode_s": 0.2}}}}
         deploy(build_app(args), name=APP, route_prefix=PREFIX, timeout_s=240)
         try:
             yield service_url + PREFIX, keys, directory
@@ -93,6 +94,37 @@ def test_a_small_job_of_one_tenant_passes_another_tenants_backlog_and_the_quota_
         for job_id in queued:
             assert tenant_a.delete(f"/v1/jobs/{job_id}").status_code == 204
     assert runner_stats()["turns"] > 0
+
+
+def test_a_jobs_document_is_read_once_for_all_its_turns(tenants):
+    url, keys, _ = tenants
+    before = runner_stats()
+    with httpx.Client(base_url=url, headers=as_client(keys["tenant-b"]), timeout=120) as tenant_b:
+        job = submit(url, keys["tenant-b"], numbered_pdf(40, "Turns")).json()
+        status = wait_finished(tenant_b, job["id"], timeout_s=240)
+        assert status["status"] == "succeeded" and status["pages"]["done"] == 40
+        pages = tenant_b.get(status["result_url"]).json()["pages"]
+        assert [page["page_number"] for page in pages] == list(range(1, 41)) and "Turns page 40" in pages[-1]["text"]
+    after = runner_stats()
+    print({"before": before, "after": after})
+    assert after["turns"] - before["turns"] >= 4  # 40 pages in turns of 8
+    assert after["documents_read"] - before["documents_read"] == 1  # from the store once, not once a turn
+
+
+def test_a_job_past_its_decode_budget_stops_rendering_and_fails(tenants):
+    url, keys, _ = tenants
+    with httpx.Client(base_url=url, headers=as_client(keys["thrifty"]), timeout=120) as thrifty:
+        started = time.monotonic()
+        job = submit(url, keys["thrifty"], numbered_pdf(300, "Costly")).json()
+        status = wait_finished(thrifty, job["id"], timeout_s=240)
+        seconds = time.monotonic() - started
+        result = thrifty.get(status["result_url"]).json()
+    over = [page for page in result["pages"] if page.get("error", {}).get("code") == "decode_budget_exceeded"]
+    read = [page for page in result["pages"] if "text" in page]
+    print({"seconds": round(seconds, 1), "read": len(read), "over_budget": len(over), "status": status["status"]})
+    assert status["status"] == "failed" and status["error"]["code"] == "too_many_failed_pages"
+    assert len(read) + len(over) == 300 and 1 <= len(read) < 150  # 0.2 s of decoding, not 300 pages of it
+    assert "quotas.max_decode_s=0.2 s" in over[0]["error"]["message"]
 
 
 def test_a_full_disk_is_507_without_a_re_ocr_loop_and_jobs_go_on_once_space_is_freed(tenants, client, invoice_png):

@@ -5,8 +5,13 @@ ever stops). A claimed job is leased for `jobs.lease_s` and renewed every third 
 that dies stops renewing, its lease lapses, and the next claim (here or on any other runner)
 goes on from the pages the store has not recorded. Per job at most `jobs.max_inflight_pages`
 pages are in the graph at once, so a 500-page job cannot crowd out synchronous requests.
-A page is rendered in chunks of the document (one Preprocessor stream per chunk), then OCR'd
-and postprocessed exactly like a page of /v1/ocr, and its result is written as it completes.
+A turn's pages are rendered in one Preprocessor stream (one decode of the document), then OCR'd
+and postprocessed exactly like a page of /v1/ocr, and each result is written as it completes.
+The document is read from the store and put in Ray's object store once per job on this runner:
+every turn and every page retried alone passes that reference, not the bytes again (a replica on
+the same node maps it, one on another node fetches it once). A job may spend at most its
+client's quotas.max_decode_s of decoder time on this runner; past it, its remaining pages fail
+with `decode_budget_exceeded`, unrendered, and the job ends by the usual rule.
 
 Turns: a claim is good for `jobs.turn_pages` pages; then the job goes back to the store and
 the next claim takes the client served longest ago (app/jobs/store.py), so a client's 1-page
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import AsyncIterator, Optional
 
+import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
@@ -58,10 +64,6 @@ def page_spec(numbers: list[int]) -> str:
     return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
-def chunked(numbers: list[int], size: int) -> list[list[int]]:
-    return [numbers[i:i + size] for i in range(0, len(numbers), size)]
-
-
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class JobRunner:
     def __init__(self, jobs: Jobs, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
@@ -77,8 +79,9 @@ class JobRunner:
         self._wake: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
         self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0, "turns": 0,
-                      "store_full_pauses": 0}
-        self._documents: OrderedDict[str, bytes] = OrderedDict()  # of jobs between turns, newest last
+                      "store_full_pauses": 0, "documents_read": 0}
+        self._documents: OrderedDict[str, ray.ObjectRef] = OrderedDict()  # of jobs between turns, newest last
+        self._decode_ms: dict[str, float] = {}  # decoder time each job of this runner has used
         self._paused_until = 0.0
         self._pause_s = 0.0
         try:
@@ -193,16 +196,18 @@ class JobRunner:
             return  # deleted meanwhile
         recorded = await asyncio.to_thread(self._store.recorded_pages, job.id)
         unrecorded = [number for number in job.pages if number not in recorded]
+        if self._decode_ms.get(job.id, 0.0) > self._budget_ms(job):
+            await self._fail_unrendered(job, unrecorded)
+            return await self._judge(job)
         todo = unrecorded[:self._jobs.turn_pages]
         index_of = {number: index for index, number in enumerate(job.pages)}
         slots = asyncio.Semaphore(self._jobs.max_inflight_pages)
-        chunk = max(8, 2 * self._jobs.max_inflight_pages)
         tasks: list[asyncio.Task] = []
         try:
-            for numbers in chunked(todo, chunk):
-                async for item in self._rendered(job, document, numbers):
-                    await slots.acquire()
-                    tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
+            async for item in self._rendered(job, document, todo):
+                item = self._within_budget(job, item)
+                await slots.acquire()
+                tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
             if tasks:
                 await asyncio.gather(*tasks)
         finally:
@@ -212,19 +217,43 @@ class JobRunner:
             self.stats["turns"] += 1
             return  # the end of this turn: the lease goes back, and the next claim takes turns
         self._documents.pop(job.id, None)
+        self._decode_ms.pop(job.id, None)
         await self._judge(job)
 
-    async def _document(self, job_id: str) -> Optional[bytes]:
-        """The job's document: from the cache of jobs between turns, else from the store."""
+    async def _document(self, job_id: str) -> Optional[ray.ObjectRef]:
+        """The job's document in Ray's object store: from the cache of jobs between turns, else read once."""
         if job_id in self._documents:
             self._documents.move_to_end(job_id)
             return self._documents[job_id]
         document = await asyncio.to_thread(self._store.document, job_id)
-        if document is not None:
-            self._documents[job_id] = document
-            while len(self._documents) > self._jobs.jobs_per_runner:
-                self._documents.popitem(last=False)
-        return document
+        if document is None:
+            return None
+        self.stats["documents_read"] += 1
+        self._documents[job_id] = ray.put(document)
+        while len(self._documents) > self._jobs.jobs_per_runner:
+            self._documents.popitem(last=False)
+        return self._documents[job_id]
+
+    def _budget_ms(self, job: Job) -> float:
+        return self._jobs.quotas_for(job.client).max_decode_s * 1000
+
+    def _within_budget(self, job: Job, item):
+        """The page as rendered, or its failure once the job has used its decode budget."""
+        if isinstance(item, PageFailure):
+            return item
+        spent = self._decode_ms.get(job.id, 0.0) + float(item.timings_ms.get("decode") or 0.0)
+        self._decode_ms[job.id] = spent
+        return item if spent <= self._budget_ms(job) else self._over_budget(job, item.page_number)
+
+    def _over_budget(self, job: Job, number: int) -> PageFailure:
+        limit = self._jobs.quotas_for(job.client).max_decode_s
+        return PageFailure(number, {"code": "decode_budget_exceeded", "retryable": False,
+                                    "message": f"The job used more than its quotas.max_decode_s={limit:g} s of "
+                                               "decoding; this page was not read."})
+
+    async def _fail_unrendered(self, job: Job, numbers: list[int]) -> None:
+        for number in numbers:
+            await self._record(job.id, number, None, self._over_budget(job, number).error)
 
     async def _fail_lost_document(self, job: Job) -> None:
         """The store lost the document (an evicting Redis): the job fails once, instead of being claimed forever."""
@@ -252,8 +281,8 @@ class JobRunner:
             metrics.inc("ocr_jobs_finished_total", status=status)
             logger.info("job %s: %s (%d done, %d failed)", job.id, status, current.done, current.failed)
 
-    async def _rendered(self, job: Job, document: bytes, numbers: list[int]) -> AsyncIterator:
-        """The pages of one chunk as they render. A chunk that fails is retried page by page, so one
+    async def _rendered(self, job: Job, document: ray.ObjectRef, numbers: list[int]) -> AsyncIterator:
+        """The pages of one turn as they render. A stream that fails is retried page by page, so one
         bad page fails alone; a page that fails alone is retried on retryable errors, then reported."""
         seen: set[int] = set()
         try:
@@ -271,7 +300,7 @@ class JobRunner:
                 async for item in self._rendered(job, document, [number]):
                     yield item
 
-    async def _render_alone(self, job: Job, document: bytes, number: int, first: Exception):
+    async def _render_alone(self, job: Job, document: ray.ObjectRef, number: int, first: Exception):
         error = to_error(first, job.id)
         for attempt in range(self._jobs.page_retries):
             if not error.retryable:

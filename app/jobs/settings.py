@@ -18,6 +18,10 @@ class JobQuotas(BaseModel):
         4 * 1024**3, ge=1, description="Documents and results the client keeps in the store, finished jobs included "
         "until they expire."
     )
+    max_decode_s: float = Field(
+        3600.0, gt=0, description="Decoder seconds (rendering or decoding, summed over its pages) one job may use "
+        "on a runner; past it, its remaining pages fail with decode_budget_exceeded."
+    )
     max_uploads: int = Field(4, ge=1, description="Job uploads in progress at one ingress replica.")
     max_long_polls: int = Field(4, ge=0, description="Long-polls held open at one ingress replica.")
 
