@@ -181,7 +181,7 @@ def test_redis_password_comes_from_a_file(tmp_path):
 def test_a_store_url_of_another_kind_is_refused_at_validation():
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="sqlite:///ABSOLUTE/PATH or redis://"):
+    with pytest.raises(ValidationError, match="sqlite:///ABSOLUTE/PATH, rediss://"):
         Settings.model_validate({"jobs": {"store": "postgres://db/jobs"}})
 
 

@@ -191,3 +191,31 @@ def test_preflight_checks_the_tls_files_and_the_fleet_redis(pki, fleet_redis, tm
     assert good.status == "PASS", good
     wrong_ca = preflight.check_job_store(f"rediss://localhost:{port}/0", str(stranger / "ca.crt"), str(password))
     assert wrong_ca.status == "FAIL" and "certificate" in wrong_ca.detail.lower(), wrong_ca
+
+
+def test_a_job_whose_document_redis_lost_fails_once_instead_of_being_claimed_forever(https_service, pki,
+                                                                                        fleet_redis):
+    import time
+    import uuid
+
+    from app.jobs.model import Job
+    from app.jobs.settings import Jobs
+    from app.jobs.store import open_store
+    from app.testkit.jobs import wait_finished
+
+    port_redis, password = fleet_redis
+    store = open_store(Jobs(store=f"rediss://localhost:{port_redis}/0", redis_ca_file=str(pki / "ca.crt"),
+                            redis_password_file=str(password)))
+    # Held under a lease of the test's own, so that no runner claims it before its document is gone.
+    held = Job(id=uuid.uuid4().hex, client="archive", pages=[1], document_sha256="0" * 64,
+               content_type="image/png", owner="test", lease_until=time.time() + 600)
+    job, _ = store.create(held, png_bytes(render_text_page(["Victim"])))
+    assert tls_redis(port_redis, pki, password).delete(f"ocrjobs:doc:{job.id}:0") == 1  # as an evicting Redis
+    store.release(job.id, "test")
+    trusted = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    headers = {"Authorization": f"Bearer {https_service['key']}"}
+    with httpx.Client(base_url=https_service["url"], verify=trusted, headers=headers, timeout=120) as client:
+        status = wait_finished(client, job.id, timeout_s=60)
+        assert status["status"] == "failed" and status["error"]["code"] == "document_lost", status
+        client.delete(f"/v1/jobs/{job.id}")
+    store.close()
