@@ -36,3 +36,20 @@ def test_170_stalled_job_uploads_of_400_mb_leave_room_for_a_good_request(service
     # One client: its 4 uploads in progress wait out the idle deadline (408); the rest are refused at once.
     assert report["stalled_answers"] == {"408": 4, "429": HOLDERS - 4}, report
     assert report["stalled_codes"] == {"upload_timeout": 4, "quota_exceeded": HOLDERS - 4}
+
+
+def test_job_uploads_held_in_memory_are_capped_per_replica():
+    import pytest
+
+    from app.errors import ServiceUnavailable
+    from app.jobs.routes import ByteBudget
+
+    budget = ByteBudget(1000)
+    with budget.reserve(600):
+        with pytest.raises(ServiceUnavailable, match="jobs.max_upload_buffer_bytes=1000") as refused:
+            with budget.reserve(500):
+                pass
+        assert refused.value.status == 503 and refused.value.retry_after_s
+        with budget.reserve(400):
+            assert budget.held == 1000
+    assert budget.held == 0  # given back, also after a refusal

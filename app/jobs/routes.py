@@ -49,6 +49,7 @@ class JobRoutes:
         self._store: Optional[JobStore] = open_store(jobs) if jobs.store else None
         self._uploads = Holders("job uploads", jobs.max_uploads)
         self._long_polls = Holders("long-polls", jobs.max_long_polls)
+        self._buffered = ByteBudget(jobs.max_upload_buffer_bytes)
 
     def _require_store(self) -> JobStore:
         if self._store is None:
@@ -71,8 +72,15 @@ class JobRoutes:
         if key is not None and safe_request_id(key) is None:
             raise BadRequest("Idempotency-Key must be 1-128 characters of letters, digits and -_.:",
                              code="invalid_idempotency_key")
-        with self._uploads.hold(client, self._jobs.quotas_for(client).max_uploads):
+        announced = _announced(request, self._jobs.max_upload_bytes)
+        with self._uploads.hold(client, self._jobs.quotas_for(client).max_uploads), self._buffered.reserve(announced):
             upload = await self._read(request)
+        # What arrived (at most what was announced) stays held until the job is stored: no await in between.
+        with self._buffered.reserve(len(upload.data)):
+            return await self._store_job(request, request_id, store, client, key, upload)
+
+    async def _store_job(self, request: Request, request_id: str, store: JobStore, client: str,
+                         key: Optional[str], upload) -> JSONResponse:
         pages = await self._pre.select_pages.remote(request_id, upload.data, upload.content_type, upload.pages,
                                                     self._jobs.max_pages)
         digest = await asyncio.to_thread(lambda: hashlib.sha256(upload.data).hexdigest())
@@ -171,6 +179,34 @@ class Holders:
             self._held[client] -= 1
             if self._held[client] <= 0:
                 del self._held[client]
+
+
+class ByteBudget:
+    """Bytes of job documents this replica holds in memory at once (read, counted, stored), against a cap.
+
+    A submit reserves what it announces (Content-Length; the upload limit when it announces nothing)
+    before a byte is read, and gives it back when it is answered: 16 uploads of 500 MiB cannot
+    take 8 GB of one replica's memory."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held = limit, 0
+
+    @contextmanager
+    def reserve(self, size: int):
+        if self.held + size > self.limit:
+            raise ServiceUnavailable(f"This replica holds {self.held} bytes of job uploads; {size} more would pass "
+                                     f"jobs.max_upload_buffer_bytes={self.limit}. Retry shortly.",
+                                     code="overloaded", retry_after_s=5)
+        self.held += size
+        try:
+            yield
+        finally:
+            self.held -= size
+
+
+def _announced(request: Request, max_upload_bytes: int) -> int:
+    declared = request.headers.get("content-length", "")
+    return min(int(declared), max_upload_bytes) if declared.isdigit() else max_upload_bytes
 
 
 def _client(request: Request) -> str:

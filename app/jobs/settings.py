@@ -85,6 +85,10 @@ class Jobs(BaseModel):
         16, ge=1, description="Job uploads one ingress replica reads at once; beyond: 503 at once, so that slow "
         "uploads cannot take the replica's request slots."
     )
+    max_upload_buffer_bytes: int = Field(
+        2 * 1024**3, gt=0, description="Bytes of job documents one ingress replica holds in memory at once (each "
+        "submit reserves its Content-Length, or max_upload_bytes without one, until it is answered); beyond: 503."
+    )
     max_long_polls: int = Field(
         32, ge=0, description="`GET /v1/jobs/{id}?wait=` long-polls one ingress replica holds open at once; "
         "beyond them (or the client's quota) the status is answered at once."
