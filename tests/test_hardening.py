@@ -27,26 +27,6 @@ def test_fuzzer_gets_no_5xx_no_drops_and_json_errors(service_url):
     assert report["by_status"].get("200", 0) > 0  # and some mutations still decode and read
 
 
-def test_job_lifecycles_beside_ocr_load_lose_nothing(service_url):
-    from app.testkit.documents import numbered_pdf
-
-    report = soak.jobs_lifecycle(service_url, numbered_pdf(3, "Cycle"), "Cycle page 3", clients=2, seconds=10)
-    print(report)
-    assert report["cycles"].get("ok", 0) >= 3 and report["failures"] == [], report
-    assert report["ocr_load"]["failed"] == 0 and report["ocr_load"]["requests"] > 5
-
-
-def test_fuzzer_on_the_job_routes_gets_no_5xx_no_drops_and_loses_no_accepted_job(service_url):
-    report = soak.fuzz(service_url, seed=20261206, count=60, jobs=True)
-    print({key: report[key] for key in ("job_route_requests", "job_route_by_status", "jobs_accepted",
-                                        "jobs_unfinished", "by_code")})
-    assert report["bad"] == [], report["bad"]
-    assert report["replica_dips"] == [] and report["alive_after"]
-    assert report["job_route_requests"] >= 15 and report["jobs_accepted"] >= 3  # it reached the routes and the runner
-    assert report["jobs_unfinished"] == []  # every job accepted ended, none vanished
-    assert sum(n for status, n in report["job_route_by_status"].items() if status.startswith("4")) >= 10
-
-
 def test_bombs_get_their_4xx_within_the_limit_and_harm_nobody(service_url):
     cases = {"self-drawing-form-pdf": self_drawing_form_pdf(), "fan-out-forms-pdf": fan_out_forms_pdf(6, 10),
              "apng-2^31-frames": apng_frame_bomb(), **damaged_tiffs()}
