@@ -387,15 +387,30 @@ def rss_growth(url: str, requests: int, baseline_at: int, clients: int = 4) -> d
     }
 
 
-def long_polls(url: str, holders: int, job_id: str, good_body: bytes, wait_s: float = 60) -> dict:
-    """`holders` long-polls (?wait=) on one running job at once, then a good /v1/ocr: it must still get 200."""
+def long_polls(url: str, holders: int, job_id: str, good_body: bytes, wait_s: float = 60, retries: int = 5) -> dict:
+    """`holders` long-polls (?wait=) on one running job at once, then a good /v1/ocr: it must still get 200.
+
+    A poll answered 503 is retried up to `retries` times; `poll_answers` counts the last answers, `retried_503`
+    the 503s seen on the way.
+    """
     import asyncio
+
+    retried = [0]
 
     async def scenario():
         limits = httpx.Limits(max_connections=holders + 10, max_keepalive_connections=0)
         async with httpx.AsyncClient(base_url=url, timeout=wait_s + 60, limits=limits) as http:
-            polls = [asyncio.ensure_future(http.get(f"/v1/jobs/{job_id}", params={"wait": wait_s}))
-                     for _ in range(holders)]
+            async def poll():
+                # As a client should: a retryable 503 (the proxy's queue was full for an instant) is asked again.
+                for _ in range(retries):
+                    answer = await http.get(f"/v1/jobs/{job_id}", params={"wait": wait_s})
+                    if answer.status_code != 503:
+                        break
+                    retried[0] += 1
+                    await asyncio.sleep(1.0)
+                return answer
+
+            polls = [asyncio.ensure_future(poll()) for _ in range(holders)]
             await asyncio.sleep(2.0)
             started = time.monotonic()
             good = await http.post("/v1/ocr", content=good_body, headers={"content-type": "image/png"})
@@ -408,7 +423,7 @@ def long_polls(url: str, holders: int, job_id: str, good_body: bytes, wait_s: fl
                                    for a in answers)
     return {"holders": holders, "good_status": good.status_code, "good_seconds": round(good_s, 2),
             "good_correct": good.status_code == 200 and GOOD_TEXT in " ".join(good.json()["text"].split()).lower(),
-            "poll_answers": dict(statuses)}
+            "poll_answers": dict(statuses), "retried_503": retried[0]}
 
 
 def jobs_lifecycle(url: str, document: bytes, expect: str, clients: int = 2, seconds: float = 60,

@@ -20,10 +20,9 @@ def test_170_long_polls_on_a_running_job_leave_room_for_a_good_request(service_u
     print(report)
     assert report["good_status"] == 200 and report["good_correct"] and report["good_seconds"] < 30
     # A long-poll past the limits is answered at once, as a plain status call. 170 arriving in the same
-    # instant pass what one ingress replica takes and queues (96 + 64): at most the 10 beyond get the
-    # proxy's retryable 503 before the replica has answered the others.
-    answers = report["poll_answers"]
-    assert set(answers) <= {"200", "503"} and answers.get("503", 0) <= HOLDERS - 96 - 64, answers
+    # instant can pass what one ingress replica takes and queues (96 + 64) for a moment; the proxy's 503
+    # for those is retryable, and asked again each poll is answered: none is lost or hangs.
+    assert report["poll_answers"] == {"200": HOLDERS}, report
     client.delete(f"/v1/jobs/{job['id']}")
 
 
