@@ -64,6 +64,7 @@ class TextLine:
     quad: list  # [[x, y]] * 4, clockwise from top-left
     text: str
     confidence: float
+    words: list = field(default_factory=list)  # list[TextWord] (app/engines/word_boxes.py): its text's tokens
 
 
 @dataclass

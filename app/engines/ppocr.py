@@ -20,6 +20,7 @@ import numpy as np
 
 from app.config import Settings
 from app.engines.base import EngineInfo, InputBudget
+from app.engines.word_boxes import words_by_share, words_from_parts
 from app.schemas import EngineResult, TextLine
 from app.synthetic import render_text_page
 
@@ -76,6 +77,7 @@ class PPOCREngine:
                 "Global.log_level": "warning",
                 "Global.use_cls": False,
                 "Global.text_score": 0.0,  # every reading comes back; _read_page drops the weak ones
+                "Global.return_word_box": True,  # word quads from the recogniser's own columns
                 "Global.max_side_len": MAX_SIDE,
                 "Det.limit_type": "max",
                 "Det.limit_side_len": MAX_SIDE,
@@ -106,9 +108,11 @@ class PPOCREngine:
         result = self._ocr(bgr)
         if result.boxes is None or result.txts is None:
             return []
+        parts = result.word_results if len(result.word_results or ()) == len(result.txts) else [()] * len(result.txts)
         lines = [
-            TextLine(quad=np.asarray(box, dtype=float).tolist(), text=text, confidence=float(score))
-            for box, text, score in zip(result.boxes, result.txts, result.scores)
+            TextLine(quad=np.asarray(box, dtype=float).tolist(), text=text, confidence=float(score),
+                     words=words_from_parts(text, line_parts, box, float(score)))
+            for box, text, score, line_parts in zip(result.boxes, result.txts, result.scores, parts)
         ]
         return [line for line in self._reread_upside_down(bgr, lines) if line.confidence >= TEXT_SCORE]
 
@@ -124,7 +128,11 @@ class PPOCREngine:
         again = self._ocr.recognize_txt(crops)
         for index, text, score in zip(doubtful, again.txts, again.scores):
             if score > lines[index].confidence + FLIP_MARGIN:
-                lines[index] = TextLine(quad=lines[index].quad, text=text, confidence=float(score))
+                quad = lines[index].quad
+                # read turned, the line's text starts at the quad's bottom-right corner
+                upside_down = np.asarray(quad)[[2, 3, 0, 1]]
+                lines[index] = TextLine(quad=quad, text=text, confidence=float(score),
+                                        words=words_by_share(upside_down, text, float(score)))
         return lines
 
     def check_health(self) -> None:

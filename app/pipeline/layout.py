@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _MIN_GUTTER = 1.0  # a column gutter is at least this many median line heights wide
 _ROW_ALIGNED = 0.6  # share of lines matched across a gutter above which it is a table, not columns
@@ -29,6 +29,7 @@ class Box:
     y1: float
     text: str
     confidence: float
+    words: list = field(default_factory=list)  # the words' Boxes, where the engine gave them
 
     @property
     def height(self) -> float:
@@ -56,11 +57,12 @@ class Line:
         return " ".join(b.text for b in self.boxes if b.text)
 
 
-def box_from_quad(quad, scale: float, text: str, confidence: float) -> Box:
-    """Axis-aligned box in source pixels from an engine-pixel quadrilateral."""
+def box_from_quad(quad, scale: float, text: str, confidence: float, words=()) -> Box:
+    """Axis-aligned box in source pixels from an engine-pixel quadrilateral (its words' likewise)."""
     xs = [p[0] / scale for p in quad]
     ys = [p[1] / scale for p in quad]
-    return Box(min(xs), min(ys), max(xs), max(ys), text, confidence)
+    word_boxes = [box_from_quad(w.quad, scale, w.text, w.confidence) for w in words]
+    return Box(min(xs), min(ys), max(xs), max(ys), text, confidence, word_boxes)
 
 
 def reading_order(boxes: list[Box]) -> list[Line]:

@@ -18,7 +18,7 @@ def build_page_result(ocr: PageOCR) -> dict:
     page rendered at `dpi`), before any turn; reading order is worked out on the upright page."""
     start = time.perf_counter()
     page, result = ocr.page, ocr.result
-    boxes = [box_from_quad(line.quad, page.scale, line.text, line.confidence) for line in result.lines]
+    boxes = [box_from_quad(line.quad, page.scale, line.text, line.confidence, line.words) for line in result.lines]
     lines = reading_order(boxes)
     groups = paragraphs(lines)
     if result.markdown is not None:  # the engine wrote the page itself: keep its structure
@@ -31,6 +31,8 @@ def build_page_result(ocr: PageOCR) -> dict:
             "text": b.text,
             "confidence": round(b.confidence, 4),
             "line": line_index,
+            "words": [{"text": w.text, "bbox": uploaded_bbox(w, page), "confidence": round(w.confidence, 4)}
+                      for w in b.words],
         }
         for line_index, line in enumerate(lines)
         for b in line.boxes
