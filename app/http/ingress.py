@@ -12,14 +12,16 @@ import time
 from typing import Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app import __version__
 from app.http.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
+from app.formats import parse_format
 from app.http import error_boundary, openai_api
+from app.http.formatted import formatted
 from app.errors import RequestTimeout, ServiceUnavailable
 from app.jobs.routes import JobRoutes
 from app.ops import metrics
@@ -85,10 +87,11 @@ class Ingress:
         _keyring = KeyRing(settings.auth.api_keys_file) if settings.auth.api_keys_file else None
 
     @api.post("/v1/ocr")
-    async def ocr(self, request: Request) -> JSONResponse:
+    async def ocr(self, request: Request) -> Response:
         started = time.perf_counter()
         request_id = _request_id(request)
         try:
+            form = parse_format(request.query_params.get("format"))
             # The body first, under a deadline: a client that stalls mid-upload holds no
             # admission slot, so stalled connections cannot turn good requests away.
             limits = self._settings.limits
@@ -101,7 +104,7 @@ class Ingress:
             return error_boundary.failed(request, self._overloaded())
         self._inflight += 1
         try:
-            return await self._ocr_request(request, request_id, upload, started)
+            return await self._ocr_request(request, request_id, upload, started, form)
         finally:
             self._inflight -= 1
 
@@ -117,7 +120,7 @@ class Ingress:
     def _overloaded() -> ServiceUnavailable:
         return ServiceUnavailable("The service is at capacity; retry later.", code="overloaded", retry_after_s=2)
 
-    async def _ocr_request(self, request: Request, request_id: str, upload, started: float) -> JSONResponse:
+    async def _ocr_request(self, request: Request, request_id: str, upload, started: float, form: str) -> Response:
         read_s = time.perf_counter() - started
         metrics.stage("read_upload", read_s)
         log_fields(request)["bytes"] = len(upload.data)
@@ -130,15 +133,18 @@ class Ingress:
         metrics.stage("total", total_s)
         log_fields(request).update(pages=len(pages), engine=engine["name"], model_version=engine["version"],
                                         stages_ms=stage_totals(pages, read_s))
-        return JSONResponse(
-            {
-                "id": request_id,
-                "engine": engine,
-                "pages": pages,
-                "text": "\n\n".join(page["text"] for page in pages),
-                "timings_ms": {"read_upload": round(read_s * 1000, 1), "total": round(total_s * 1000, 1)},
-            },
-        )  # Serve's proxy puts X-Request-ID on every answer
+        body = {
+            "id": request_id,
+            "engine": engine,
+            "pages": pages,
+            "text": "\n\n".join(page["text"] for page in pages),
+            "timings_ms": {"read_upload": round(read_s * 1000, 1), "total": round(total_s * 1000, 1)},
+        }
+        try:  # Serve's proxy puts X-Request-ID on every answer
+            return await formatted(form, body, self._pre_config, request_id, upload.data, upload.content_type,
+                                   upload.filename)
+        except Exception as exc:
+            return error_boundary.failed(request, exc)
 
     # -- the OpenAI-compatible API (app/http/openai_api.py): the same pipeline, OpenAI's shapes --
 

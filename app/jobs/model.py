@@ -87,13 +87,3 @@ def result_body(job: Job, results: dict[int, dict]) -> dict:
         "timings_ms": {"queued": round((started - job.created_at) * 1000, 1),
                        "total": round((finished - started) * 1000, 1)},
     }
-
-
-def result_markdown(body: dict) -> str:
-    parts = []
-    for page in body["pages"]:
-        if "error" in page and "markdown" not in page:
-            parts.append(f"<!-- page {page['page_number']} failed: {page['error']['code']} -->")
-        else:
-            parts.append(page.get("markdown") or page.get("text") or "")
-    return "\n\n".join(parts).strip() + "\n"

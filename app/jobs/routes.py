@@ -29,7 +29,9 @@ from ray.serve.handle import DeploymentHandle
 from app.config import Jobs
 from app.errors import (BadRequest, Conflict, NotConfigured, NotFound, OCRServiceError, QuotaExceeded, RequestTimeout,
                         ServiceUnavailable)
-from app.jobs.model import Job, result_body, result_markdown, status_body
+from app.formats import parse_format
+from app.http.formatted import formatted
+from app.jobs.model import Job, result_body, status_body
 from app.jobs.store import JobStore, admission, open_store
 from app.http.proxy_guard import safe_request_id
 from app.http.uploads import read_upload
@@ -132,16 +134,18 @@ class JobRoutes:
         return job
 
     async def result(self, request: Request, request_id: str, job_id: str) -> Response:
-        form = request.query_params.get("format", "json")
-        if form not in ("json", "markdown"):
-            raise BadRequest("format must be json or markdown.", code="invalid_format")
+        form = parse_format(request.query_params.get("format"))
         job = await self._job(request, job_id)
         if not job.finished:
             return JSONResponse(status_body(job, self._base), status_code=202, headers={"Retry-After": "2"})
         body = result_body(job, await self._call(self._store.results, job_id))
-        if form == "markdown":
-            return Response(result_markdown(body), media_type="text/markdown; charset=utf-8")
-        return JSONResponse(body)
+        document = None
+        if form == "pdf":
+            document = await self._call(self._store.document, job_id)
+            if document is None:
+                raise Conflict("The searchable PDF needs the job's document, which is not kept once a job ends: "
+                               "submit with keep_document=true to have it.", code="document_not_kept")
+        return await formatted(form, body, self._pre, request_id, document, job.content_type, job.filename)
 
     async def delete(self, request: Request, request_id: str, job_id: str) -> Response:
         await self._job(request, job_id)

@@ -113,6 +113,15 @@ class Preprocessor:
             except SandboxRetired:
                 continue
 
+    async def searchable_pdf(self, request_id: str, data: bytes, content_type: Optional[str], pages: list) -> bytes:
+        """The document's own pages with an invisible text layer from `pages` (app/formats/searchable_pdf.py),
+        written in the decoder sandbox, which is where the client's file may be opened."""
+        while True:
+            try:
+                return await self._sandbox.searchable_pdf(data, content_type, pages, label=f"request {request_id}")
+            except SandboxRetired:
+                continue
+
     def config(self) -> dict:
         """The user_config in force (tests and operators, through a handle)."""
         return self._config.model_dump()

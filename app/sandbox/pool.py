@@ -92,6 +92,24 @@ class DecodeSandbox:
             finally:
                 self._give_back(worker)
 
+    async def searchable_pdf(self, data: bytes, content_type: Optional[str], pages: list, label: str = "") -> bytes:
+        """The document's own pages with an invisible text layer from `pages` (the JSON page results),
+        written in a worker: it opens the client's file again. Up to limits.page_render_timeout_s for
+        every 10 pages; the PDF may be four times the document and one decoded image at most."""
+        results = json.dumps(pages, separators=(",", ":")).encode()
+        timeout_s = self._limits.page_render_timeout_s * max(1.0, len(pages) / 10)
+        async with self._slots:
+            worker = self._take()
+            try:
+                header = {"type": "searchable", "content_type": content_type, "pages_bytes": len(results)}
+                _, pdf = await self._exchange(worker, header, results + data, step="writing the searchable PDF",
+                                              label=label, timeout_s=timeout_s,
+                                              max_answer_bytes=4 * len(data) + 3 * self._limits.max_image_pixels
+                                              + (64 << 20))
+                return bytes(pdf)
+            finally:
+                self._give_back(worker)
+
     def _take(self) -> DecoderProcess:
         if self._retired:
             raise SandboxRetired("The decoder was being reconfigured; retry.", code="decoder_unavailable")
@@ -142,11 +160,13 @@ class DecodeSandbox:
         logger.warning("decoder pid %s replaced: %s", worker.pid, why)
 
     async def _exchange(self, worker: DecoderProcess, header: dict, blob: bytes, step: str,
-                        label: str) -> tuple[dict, bytes]:
+                        label: str, timeout_s: Optional[float] = None,
+                        max_answer_bytes: Optional[int] = None) -> tuple[dict, bytes]:
         loop = asyncio.get_running_loop()
-        timeout_s = self._limits.page_render_timeout_s
+        timeout_s = timeout_s or self._limits.page_render_timeout_s
         try:
-            answer, answer_blob = await loop.run_in_executor(self._executor, worker.exchange, header, blob, timeout_s)
+            answer, answer_blob = await loop.run_in_executor(self._executor, worker.exchange, header, blob, timeout_s,
+                                                             max_answer_bytes)
         except DecoderTimeout:
             self.stats["timeouts"] += 1
             worker.kill()

@@ -76,8 +76,10 @@ class DecoderProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def exchange(self, header: dict, blob: bytes, timeout_s: float) -> tuple[dict, bytes]:
-        """Send one frame and wait for the answer, at most timeout_s (the worker's start not counted)."""
+    def exchange(self, header: dict, blob: bytes, timeout_s: float,
+                 max_answer_bytes: Optional[int] = None) -> tuple[dict, bytes]:
+        """Send one frame and wait for the answer, at most timeout_s (the worker's start not counted);
+        an answer's blob may be up to max_answer_bytes (max_blob_bytes when None)."""
         self.busy = True
         if not self.ready:
             first, _ = self._receive(WORKER_START_TIMEOUT_S)
@@ -85,7 +87,7 @@ class DecoderProcess:
                 raise ProtocolError(f"worker said {first.get('type')} before ready")
             self.ready = True
         self.send(header, blob)
-        answer = self._receive(timeout_s)
+        answer = self._receive(timeout_s, max_answer_bytes or self.max_blob_bytes)
         self.busy = False
         return answer
 
@@ -95,10 +97,10 @@ class DecoderProcess:
         except (BrokenPipeError, OSError):
             raise DecoderDied(self.proc.wait()) from None
 
-    def _receive(self, timeout_s: float) -> tuple[dict, bytes]:
+    def _receive(self, timeout_s: float, max_blob_bytes: Optional[int] = None) -> tuple[dict, bytes]:
         deadline = time.monotonic() + timeout_s
         header_len, blob_len = decode_header(self._read(PREFIX.size, deadline))
-        if blob_len > self.max_blob_bytes:
+        if blob_len > (max_blob_bytes or self.max_blob_bytes):
             raise ProtocolError(f"frame blob of {blob_len} bytes")
         header = parse_header(self._read(header_len, deadline))
         blob = self._read(blob_len, deadline)

@@ -4,7 +4,8 @@ It caps its own address space before it reads a byte of input, then serves one
 document at a time from stdin, one page per `next`:
 
   parent -> worker   open (blob: the document) | next | close | count (blob: the document)
-  worker -> parent   ready | opened | page (blob: raw pixels) | end | counted | error
+                     | searchable (blob: the page results' JSON, then the document)
+  worker -> parent   ready | opened | page (blob: raw pixels) | end | counted | rendered (blob: a PDF) | error
 
 A page travels as its raw 8-bit pixels (mode L or RGB, row by row, at engine size): no
 encoding here and no decoding in the OCR replica (load/cpu_cost.py measured the choices).
@@ -145,6 +146,15 @@ class Session:
         selected = select_pages(blob, header.get("content_type"), header.get("pages"), int(header["max_pages"]))
         return {"type": "counted", "pages": selected}
 
+    def searchable(self, header: dict, blob: bytes) -> tuple[dict, bytes]:
+        """The document as a searchable PDF, its text layer from the page results in the header."""
+        from app.formats.searchable_pdf import searchable_pdf
+
+        self.close()
+        split = int(header["pages_bytes"])  # the blob: the page results' JSON, then the document
+        pages = json.loads(bytes(blob[:split]))
+        return {"type": "rendered"}, searchable_pdf(bytes(blob[split:]), header.get("content_type"), pages, self._limits)
+
     def close(self) -> None:
         if self._pages is not None:
             self._pages.close()
@@ -174,6 +184,8 @@ def serve_forever(stdin, stdout, session: Session) -> None:
                 send(session.open(header, blob))
             elif kind == "count":
                 send(session.count(header, blob))
+            elif kind == "searchable":
+                send(*session.searchable(header, blob))
             elif kind == "next":
                 send(*session.next())
             else:

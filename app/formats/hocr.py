@@ -1,0 +1,75 @@
+"""hOCR 1.2 (http://kba.github.io/hocr-spec/1.2/): pages, one content area and paragraph each, lines, words.
+
+Every element's `bbox` is in pixels of the page as uploaded; words carry `x_wconf` (0-100). A page whose
+engine wrote text without saying where (a VLM's Markdown) has its lines with the page's bbox and no
+words, and the head names such pages in `<meta name="ocr-text-only-pages">`. A failed page of a partial
+job is an empty `ocr_page`, named in `<meta name="ocr-failed-pages">`.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from app import __version__
+from app.formats.pages import PageLayout, page_layouts
+
+XHTML = "http://www.w3.org/1999/xhtml"
+CAPABILITIES = "ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf"
+
+
+def render_hocr(pages: list, engine: str) -> bytes:
+    layouts = page_layouts(pages)
+    html = ET.Element("html", {"xmlns": XHTML, "xml:lang": "en", "lang": "en"})
+    head = ET.SubElement(html, "head")
+    ET.SubElement(head, "title").text = "OCR"
+    ET.SubElement(head, "meta", {"http-equiv": "Content-Type", "content": "text/html;charset=utf-8"})
+    ET.SubElement(head, "meta", {"name": "ocr-system", "content": f"offline-ocr-serve {__version__} ({engine})"})
+    ET.SubElement(head, "meta", {"name": "ocr-capabilities", "content": CAPABILITIES})
+    ET.SubElement(head, "meta", {"name": "ocr-number-of-pages", "content": str(len(layouts))})
+    for name, chosen in (("ocr-text-only-pages", [p for p in layouts if not p.failed and not p.boxed and p.text]),
+                         ("ocr-failed-pages", [p for p in layouts if p.failed])):
+        if chosen:
+            ET.SubElement(head, "meta", {"name": name, "content": " ".join(str(p.page_number) for p in chosen)})
+    body = ET.SubElement(html, "body")
+    for index, page in enumerate(layouts):
+        _page(body, index, page)
+    ET.indent(html, space=" ")
+    return (b'<?xml version="1.0" encoding="UTF-8"?>\n'
+            b'<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" '
+            b'"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n'
+            + ET.tostring(html, encoding="utf-8") + b"\n")
+
+
+def _page(body: ET.Element, index: int, page: PageLayout) -> None:
+    n = page.page_number
+    title = f"{_bbox((0, 0, page.width, page.height))}; ppageno {index}"
+    if page.dpi:
+        title += f"; scan_res {round(page.dpi)} {round(page.dpi)}"
+    element = ET.SubElement(body, "div", {"class": "ocr_page", "id": f"page_{n}", "title": title})
+    if page.failed or not (page.lines or page.text.strip()):
+        element.text = " "  # <div/> is no empty div to an HTML parser
+        return
+    area = _bbox(_union([line.bbox for line in page.lines]) if page.lines else (0, 0, page.width, page.height))
+    carea = ET.SubElement(element, "div", {"class": "ocr_carea", "id": f"block_{n}_1", "title": area})
+    par = ET.SubElement(carea, "p", {"class": "ocr_par", "id": f"par_{n}_1", "title": area})
+    if page.lines:
+        for i, line in enumerate(page.lines, 1):
+            span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{n}_{i}", "title": _bbox(line.bbox)})
+            for j, word in enumerate(line.words, 1):
+                w = ET.SubElement(span, "span", {"class": "ocrx_word", "id": f"word_{n}_{i}_{j}",
+                                                 "title": f"{_bbox(word.bbox)}; x_wconf {round(word.confidence * 100)}"})
+                w.text = word.text
+                w.tail = " "
+        return
+    for i, text in enumerate([line for line in page.text.splitlines() if line.strip()], 1):  # no boxes: page-level text, line by line
+        span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{n}_{i}", "title": area})
+        span.text = text
+
+
+def _bbox(box) -> str:
+    x0, y0, x1, y1 = box
+    return f"bbox {int(x0)} {int(y0)} {int(round(x1))} {int(round(y1))}"
+
+
+def _union(boxes: list) -> tuple:
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))

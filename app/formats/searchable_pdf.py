@@ -1,0 +1,149 @@
+"""A searchable PDF: the document's own pages, each with an invisible text layer (app/formats/text_layer.py).
+
+Runs inside a decoder process (app/sandbox/worker.py, `searchable`), since it opens the client's file.
+- A PDF keeps its pages as they are (pikepdf, qpdf underneath): the old content is wrapped in q/Q and the
+  layer drawn after it, so the page renders exactly as before.
+- An image becomes a page through img2pdf, which embeds JPEG, PNG and CCITT TIFF data without
+  recompressing it and turns the page by the EXIF orientation with /Rotate. What img2pdf cannot take
+  as it is (WebP, mirrored EXIF, modes PDF has no colour space for) is decoded here and embedded as
+  lossless PNG.
+A failed page of a partial job keeps its image with no text layer; the document info lists it.
+"""
+
+from __future__ import annotations
+
+from io import BytesIO
+
+import pikepdf
+
+from app import __version__
+from app.errors import UnprocessableDocument
+from app.formats.pages import PageLayout, page_layouts
+from app.formats.text_layer import display_matrix, glyphless_font, layer_content
+
+FONT_RESOURCE = "/FOCR"
+ASPECT_TOLERANCE = 0.01  # a page img2pdf made must have the decoded image's shape
+
+
+def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) -> bytes:
+    """`pages`: the JSON page results, ascending page numbers, as the response has them."""
+    from app.sandbox.documents import sniff_kind
+
+    layouts = page_layouts(pages)
+    try:
+        pdf = _from_pdf(data, layouts) if sniff_kind(data, declared_type) == "pdf" else \
+            _from_image(data, declared_type, layouts, limits)
+        font = glyphless_font(pdf)
+        for page, layout in zip(pdf.pages, layouts):
+            if not layout.failed:
+                _add_layer(pdf, page, layout, font)
+        _describe(pdf, layouts)
+        out = BytesIO()
+        pdf.save(out, compress_streams=True, object_stream_mode=pikepdf.ObjectStreamMode.generate)
+        return out.getvalue()
+    except pikepdf.PdfError as exc:
+        raise UnprocessableDocument(f"The searchable PDF could not be written ({type(exc).__name__}).",
+                                    code="unprocessable_document") from None
+
+
+def _from_pdf(data: bytes, layouts: list) -> pikepdf.Pdf:
+    pdf = pikepdf.open(BytesIO(data))
+    keep = {layout.page_number for layout in layouts}
+    for index in reversed(range(len(pdf.pages))):
+        if index + 1 not in keep:
+            del pdf.pages[index]
+    return pdf
+
+
+def _from_image(data: bytes, declared_type, layouts: list, limits) -> pikepdf.Pdf:
+    import img2pdf
+
+    try:
+        pdf = pikepdf.open(BytesIO(img2pdf.convert(data)))
+        keep = {layout.page_number for layout in layouts}
+        for index in reversed(range(len(pdf.pages))):
+            if index + 1 not in keep:
+                del pdf.pages[index]
+        if len(pdf.pages) == len(layouts) and all(_same_shape(p, l) for p, l in zip(pdf.pages, layouts)):
+            return pdf
+    except Exception:  # noqa: BLE001 - whatever img2pdf refuses is embedded losslessly below
+        pass
+    return _reencoded(data, declared_type, layouts, limits)
+
+
+def _reencoded(data: bytes, declared_type, layouts: list, limits) -> pikepdf.Pdf:
+    """The pages as the decoder sees them (EXIF turn applied), each embedded as lossless PNG."""
+    import img2pdf
+
+    from app.sandbox.documents import iter_pages
+
+    spec = ",".join(str(layout.page_number) for layout in layouts)
+    images = []
+    for page, layout in zip(iter_pages(data, declared_type, spec, limits), layouts):
+        image = page.image
+        if image.mode not in ("1", "L", "RGB"):
+            image = image.convert("RGB")
+        png = BytesIO()
+        image.save(png, format="PNG")
+        images.append(png.getvalue())
+    return pikepdf.open(BytesIO(img2pdf.convert(images, rotation=img2pdf.Rotation.none)))
+
+
+def _same_shape(page: pikepdf.Page, layout: PageLayout) -> bool:
+    width, height = _displayed_size(page)
+    return abs(width / height - layout.width / max(layout.height, 1)) <= ASPECT_TOLERANCE * width / height
+
+
+def _rotate(page: pikepdf.Page) -> int:
+    node = page.obj
+    while node is not None:  # /Rotate is inheritable from the page tree
+        if "/Rotate" in node:
+            return int(node.Rotate) % 360
+        node = node.get("/Parent")
+    return 0
+
+
+def _crop_box(page: pikepdf.Page) -> tuple:
+    box = [float(v) for v in page.cropbox]
+    return min(box[0], box[2]), min(box[1], box[3]), max(box[0], box[2]), max(box[1], box[3])
+
+
+def _displayed_size(page: pikepdf.Page) -> tuple:
+    x0, y0, x1, y1 = _crop_box(page)
+    return (y1 - y0, x1 - x0) if _rotate(page) in (90, 270) else (x1 - x0, y1 - y0)
+
+
+def _add_layer(pdf: pikepdf.Pdf, page: pikepdf.Page, layout: PageLayout, font: pikepdf.Dictionary) -> None:
+    width, height = _displayed_size(page)
+    name = _free_font_name(page)
+    matrix = " ".join(f"{v:g}" for v in display_matrix(_crop_box(page), _rotate(page)))
+    layer = b"Q\nq\n" + matrix.encode() + b" cm\n" + layer_content(layout, width, height, name) + b"Q\n"
+    page.contents_add(pikepdf.Stream(pdf, b"q\n"), prepend=True)
+    page.contents_add(pikepdf.Stream(pdf, layer), prepend=False)
+    resources = page.obj.get("/Resources")
+    if resources is None:
+        page.obj.Resources = resources = pikepdf.Dictionary()
+    if "/Font" not in resources:
+        resources.Font = pikepdf.Dictionary()
+    resources.Font[name] = font
+
+
+def _free_font_name(page: pikepdf.Page) -> str:
+    fonts = page.obj.get("/Resources", {}).get("/Font", {})
+    name, suffix = FONT_RESOURCE, 0
+    while name in fonts:
+        suffix += 1
+        name = f"{FONT_RESOURCE}{suffix}"
+    return name
+
+
+def _describe(pdf: pikepdf.Pdf, layouts: list) -> None:
+    """The document info names the pages without a text layer, and those whose text has no positions."""
+    info = pdf.docinfo
+    info["/Producer"] = f"offline-ocr-serve {__version__} (pikepdf {pikepdf.__version__})"
+    failed = [str(layout.page_number) for layout in layouts if layout.failed]
+    text_only = [str(layout.page_number) for layout in layouts if not layout.failed and not layout.boxed]
+    if failed:
+        info["/OCRFailedPages"] = " ".join(failed)
+    if text_only:
+        info["/OCRTextOnlyPages"] = " ".join(text_only)

@@ -1,0 +1,136 @@
+"""/v1/ocr?format=pdf|hocr|alto|markdown through the session's service, held to outside references:
+poppler's pdftotext reads the searchable PDF's text and word boxes back, PDFium renders its pages,
+hocr-spec checks the hOCR and the shipped ALTO 4.4 schema the ALTO."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pypdfium2 as pdfium
+import pytest
+from PIL import Image
+
+from app.formats.validate import alto_schema
+from app.synthetic import pdf_bytes, png_bytes, render_text_page
+from app.testkit.poppler import pdftotext, pdftotext_words
+from load.metrics import cer
+
+LINES = ["Deed of sale 1897", "Parcel 412 Wiesenweg", "Recorded by the clerk", "Fee paid 3 Mark 20"]
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+
+
+def ocr(client, document: bytes, content_type: str, form: str, **params):
+    answer = client.post("/v1/ocr", content=document, headers={"content-type": content_type},
+                         params={"format": form, **params})
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def page_image() -> Image.Image:
+    return render_text_page(LINES, width=1100)
+
+
+def jpeg_with_exif_turn(upright: Image.Image) -> bytes:
+    """Stored a quarter turn anticlockwise, with EXIF orientation 6 (turn clockwise to view)."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    upright.rotate(90, expand=True).save(out, format="JPEG", quality=95, exif=exif.tobytes())
+    return out.getvalue()
+
+
+def sideways_png(upright: Image.Image) -> bytes:
+    """Scanned a quarter turn clockwise, with nothing saying so: the orientation step must find it."""
+    return png_bytes(upright.rotate(-90, expand=True))
+
+
+CASES = {
+    "upright image": lambda: (png_bytes(page_image()), "image/png", 0),
+    "image turned by EXIF": lambda: (jpeg_with_exif_turn(page_image()), "image/jpeg", 0),
+    "page the orientation step turned": lambda: (sideways_png(page_image()), "image/png", 270),
+    "PDF page": lambda: (pdf_bytes([page_image()], 120), "application/pdf", 0),
+}
+
+
+def json_words(page: dict) -> list:
+    return [(w["text"], w["bbox"]) for block in page["blocks"] for w in block["words"]]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_pdftotext_places_every_word_within_2_percent_of_its_json_box(client, case):
+    document, content_type, rotation = CASES[case]()
+    (page,) = ocr(client, document, content_type, "json").json()["pages"]
+    assert page["rotation"] == rotation and len(json_words(page)) >= 14
+    searchable = ocr(client, document, content_type, "pdf").content
+    ((width_pt, height_pt, words),) = pdftotext_words(searchable)
+    if pdfium.PdfDocument(searchable)[0].get_rotation() in (90, 270):
+        # pdftotext -bbox gives the page's size before its /Rotate, the words where they are displayed
+        width_pt, height_pt = height_pt, width_pt
+    sx, sy = width_pt / page["width"], height_pt / page["height"]
+    assert abs(sx - sy) < 0.01 * sx  # the displayed page has the page's own shape
+    for text, (x0, y0, x1, y1) in json_words(page):
+        found = [box for word, box in words if word == text]
+        assert found, f"{text!r} not in the PDF's text ({case}): {[w for w, _ in words]}"
+        expected = (x0 * sx, y0 * sy, x1 * sx, y1 * sy)
+        nearest = min(found, key=lambda box: sum(abs(a - b) for a, b in zip(box, expected)))
+        off = [abs(a - b) / size for a, b, size in zip(nearest, expected, (width_pt, height_pt) * 2)]
+        assert max(off) <= 0.02, f"{text!r}: pdftotext {nearest}, JSON {expected} ({case})"
+
+
+def test_the_text_layer_reads_back_as_the_json_text_for_the_sample_pdf_and_an_image(client):
+    for document, content_type in ((EXAMPLES.joinpath("sample.pdf").read_bytes(), "application/pdf"),
+                                   (EXAMPLES.joinpath("sample-page.png").read_bytes(), "image/png"),
+                                   (png_bytes(render_text_page(LINES + ["Zeugen: Anna Huber, Josef Maier"])),
+                                    "image/png")):
+        answer = ocr(client, document, content_type, "json").json()
+        searchable = ocr(client, document, content_type, "pdf")
+        assert searchable.headers["content-type"] == "application/pdf"
+        edits, length = cer(answer["text"], pdftotext(searchable.content))
+        assert length > 20 and edits / length <= 0.01, (answer["text"], pdftotext(searchable.content))
+
+
+def test_the_searchable_pdf_of_a_pdf_renders_pixel_identical_to_the_original(client):
+    original = EXAMPLES.joinpath("sample.pdf").read_bytes()
+    searchable = ocr(client, original, "application/pdf", "pdf").content
+    assert searchable != original and "Section" in pdftotext(searchable)
+    before, after = pdfium.PdfDocument(original), pdfium.PdfDocument(searchable)
+    assert len(before) == len(after) == 3
+    for index in range(3):
+        a = before[index].render(scale=2).to_numpy()
+        b = after[index].render(scale=2).to_numpy()
+        assert a.shape == b.shape and np.array_equal(a, b), f"page {index + 1} renders differently"
+
+
+def test_a_selection_of_pages_gives_those_pages(client):
+    original = EXAMPLES.joinpath("sample.pdf").read_bytes()
+    searchable = ocr(client, original, "application/pdf", "pdf", pages="2-3").content
+    text = pdftotext(searchable)
+    assert len(pdfium.PdfDocument(searchable)) == 2 and "TWO" in text and "THREE" in text and "ONE" not in text
+
+
+def test_hocr_and_alto_of_a_page_are_valid_and_carry_every_word(client):
+    from hocr_spec import HocrValidator
+
+    document = png_bytes(page_image())
+    page = ocr(client, document, "image/png", "json").json()["pages"][0]
+    hocr = ocr(client, document, "image/png", "hocr")
+    assert hocr.headers["content-type"].startswith("application/xhtml+xml")
+    report = HocrValidator("standard").validate(io.BytesIO(hocr.content), parse_strict=True)
+    assert report.is_valid(), report.format("text")
+    alto = ocr(client, document, "image/png", "alto")
+    alto_schema().validate(io.BytesIO(alto.content))
+    for text, _ in json_words(page):
+        assert f">{text}</span>" in hocr.text and f'CONTENT="{text}"' in alto.text
+
+
+def test_markdown_format_is_the_pages_markdown(client):
+    document = png_bytes(page_image())
+    page = ocr(client, document, "image/png", "json").json()["pages"][0]
+    markdown = ocr(client, document, "image/png", "markdown")
+    assert markdown.headers["content-type"].startswith("text/markdown") and markdown.text == page["markdown"] + "\n"
+
+
+def test_an_unknown_format_is_400_before_the_upload_is_read(client):
+    answer = client.post("/v1/ocr", content=b"x" * 10, params={"format": "docx"}, headers={"content-type": "image/png"})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_format"

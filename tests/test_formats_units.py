@@ -1,0 +1,91 @@
+"""Word boxes and the searchable PDF's text layer without Ray, read back by poppler where a PDF is made."""
+
+from __future__ import annotations
+
+import io
+
+import pikepdf
+import pytest
+
+from app.config import DecodeLimits
+from app.engines.word_boxes import words_by_share, words_from_parts
+from app.formats.alto import render_alto
+from app.formats.hocr import render_hocr
+from app.formats.searchable_pdf import searchable_pdf
+from app.formats.validate import alto_schema
+from app.synthetic import pdf_bytes, png_bytes, render_text_page
+from app.testkit.poppler import pdftotext, pdftotext_words
+
+QUAD = [[0, 0], [100, 0], [100, 10], [0, 10]]
+
+
+def test_cjk_characters_are_merged_into_the_lines_tokens():
+    parts = [("中", 0.9, [[0, 0], [10, 0], [10, 10], [0, 10]]), ("文", 0.8, [[10, 0], [20, 0], [20, 10], [10, 10]]),
+             ("OK", 0.95, [[30, 0], [50, 0], [50, 10], [30, 10]])]
+    words = words_from_parts("中文 OK", parts, QUAD, 0.9)
+    assert [(w.text, w.quad[0][0], w.quad[1][0], w.confidence) for w in words] == [("中文", 0, 20, 0.8), ("OK", 30, 50, 0.95)]
+
+
+def test_parts_that_do_not_spell_the_line_give_shares_of_the_quad():
+    words = words_from_parts("ab cd", [("xx", 1.0, QUAD)], QUAD, 0.7)
+    assert [(w.text, w.quad[0][0], w.quad[1][0]) for w in words] == [("ab", 0, 40), ("cd", 60, 100)]
+    # read upside down, the text starts at the quad's bottom-right corner
+    turned = words_by_share([QUAD[2], QUAD[3], QUAD[0], QUAD[1]], "ab cd", 0.7)
+    assert [(w.text, w.quad[0][0], w.quad[1][0]) for w in turned] == [("ab", 100, 60), ("cd", 40, 0)]
+
+
+def page_result(words, width=1000, height=200, rotation=0, text=None, page_number=1):
+    blocks = [{"text": " ".join(t for t, _ in words), "bbox": [0, 0, 1, 1], "confidence": 0.9, "line": 0,
+               "words": [{"text": t, "bbox": list(b), "confidence": 0.9} for t, b in words]}] if words else []
+    return {"page_number": page_number, "width": width, "height": height, "dpi": None, "rotation": rotation,
+            "text": text if text is not None else " ".join(t for t, _ in words), "blocks": blocks}
+
+
+def blank_png(width=1000, height=200) -> bytes:
+    from PIL import Image
+
+    return png_bytes(Image.new("RGB", (width, height), "white"))
+
+
+def test_chinese_and_accented_words_read_back_as_written():
+    words = [("Grundbuch", (50, 50, 250, 90)), ("Straße", (280, 50, 420, 90)), ("土地登记", (460, 50, 620, 90)),
+             ("Ærø", (650, 50, 720, 90))]
+    pdf = searchable_pdf(blank_png(), "image/png", [page_result(words)], DecodeLimits())
+    assert pdftotext(pdf).split() == ["Grundbuch", "Straße", "土地登记", "Ærø"]
+
+
+def test_touching_word_boxes_still_read_as_two_words():
+    pdf = searchable_pdf(blank_png(), "image/png", [page_result([("MASAI", (100, 50, 200, 80)),
+                                                                  ("JOHOR", (200, 50, 300, 80))])], DecodeLimits())
+    assert pdftotext(pdf).split() == ["MASAI", "JOHOR"]
+    ((_, _, words),) = pdftotext_words(pdf)
+    assert words[0][1][2] < words[1][1][0]  # the first word ends before the second begins
+
+
+def test_a_page_without_boxes_is_searchable_and_named_in_the_document_info():
+    markdown_page = page_result([], text="# Title\n\nA paragraph of text\nwith two lines")
+    pdf = searchable_pdf(blank_png(), "image/png", [markdown_page], DecodeLimits())
+    assert pdftotext(pdf).split() == "# Title A paragraph of text with two lines".split()
+    with pikepdf.open(io.BytesIO(pdf)) as opened:
+        assert str(opened.docinfo["/OCRTextOnlyPages"]) == "1"
+    hocr = render_hocr([markdown_page], "vlm").decode()
+    assert '<meta name="ocr-text-only-pages" content="1" />' in hocr and 'class="ocrx_word"' not in hocr
+    alto = render_alto([markdown_page], "vlm")
+    alto_schema().validate(io.BytesIO(alto))
+    assert b"QUALITY_DETAIL=\"text only" in alto and b"HPOS=\"0\" VPOS=\"0\"" in alto  # only the PrintSpace placed
+
+
+def test_a_failed_page_keeps_its_image_without_text_and_is_listed():
+    document = pdf_bytes([render_text_page(["first"]), render_text_page(["second"])])
+    pages = [page_result([("first", (40, 40, 200, 100))]), {"page_number": 2, "error": {"code": "ocr_failed"}}]
+    pdf = searchable_pdf(document, "application/pdf", pages, DecodeLimits())
+    with pikepdf.open(io.BytesIO(pdf)) as opened:
+        assert len(opened.pages) == 2 and str(opened.docinfo["/OCRFailedPages"]) == "2"
+    assert pdftotext(pdf).split() == ["first"]
+    alto_schema().validate(io.BytesIO(render_alto(pages, "ppocr")))
+
+
+def test_a_broken_alto_fails_the_schema():
+    alto = render_alto([page_result([("word", (1, 1, 20, 20))])], "ppocr").replace(b'CONTENT="word"', b"")
+    with pytest.raises(Exception, match="CONTENT"):
+        alto_schema().validate(io.BytesIO(alto))
