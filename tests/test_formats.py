@@ -134,3 +134,28 @@ def test_markdown_format_is_the_pages_markdown(client):
 def test_an_unknown_format_is_400_before_the_upload_is_read(client):
     answer = client.post("/v1/ocr", content=b"x" * 10, params={"format": "docx"}, headers={"content-type": "image/png"})
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_format"
+
+
+def test_a_job_kept_for_its_searchable_pdf_gives_every_format_and_one_not_kept_says_why(client):
+    from app.testkit.jobs import wait_finished
+
+    document = EXAMPLES.joinpath("sample.pdf").read_bytes()
+    files = {"file": ("sample.pdf", document, "application/pdf")}
+    kept = client.post("/v1/jobs", files=files, params={"keep_document": "true"}).json()
+    plain = client.post("/v1/jobs", files=files).json()
+    assert kept["document_kept"] is True and plain["document_kept"] is False
+    for job in (kept, plain):
+        assert wait_finished(client, job["id"])["status"] == "succeeded"
+    body = client.get(kept["result_url"]).json()
+    searchable = client.get(kept["result_url"], params={"format": "pdf"})
+    assert searchable.status_code == 200 and searchable.headers["content-type"] == "application/pdf"
+    edits, length = cer(body["text"], pdftotext(searchable.content))
+    assert edits / length <= 0.01
+    alto_schema().validate(io.BytesIO(client.get(kept["result_url"], params={"format": "alto"}).content))
+    assert b"ocr_page" in client.get(plain["result_url"], params={"format": "hocr"}).content
+    refused = client.get(plain["result_url"], params={"format": "pdf"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "document_not_kept"
+    bad = client.post("/v1/jobs", files=files, params={"keep_document": "maybe"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_keep_document"
+    for job in (kept, plain):
+        client.delete(job["status_url"])

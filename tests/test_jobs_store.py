@@ -137,6 +137,22 @@ def test_finish_by_the_lease_holder_only_and_drop_the_document(store):
     assert store.claim("runner-c", 30) is None
 
 
+def test_a_document_kept_for_a_searchable_pdf_outlives_the_job_until_it_expires_and_stays_counted(store):
+    kept = new_job(pages=[1])
+    kept.keep_document = True
+    kept, _ = store.create(kept, b"d" * 600)
+    store.claim("runner-a", 30)
+    assert store.finish(kept.id, "runner-a", "succeeded", ttl_s=1)
+    assert store.get(kept.id).keep_document and store.document(kept.id) == b"d" * 600
+    # what it holds still counts against the client's stored bytes
+    with pytest.raises(QuotaExceeded, match="max_stored_bytes=1000"):
+        store.create(new_job(pages=[1]), b"d" * 500, admission=limits(max_stored_bytes=1000))
+    time.sleep(2.2)
+    store.purge_expired()
+    assert store.get(kept.id) is None and store.document(kept.id) is None
+    store.create(new_job(pages=[1]), b"d" * 500, admission=limits(max_stored_bytes=1000))
+
+
 def test_delete_removes_everything_and_stops_writes(store):
     job, _ = store.create(new_job(), b"doc", idempotency_key="k")
     store.record_page(job.id, 1, result={"text": "t"})

@@ -21,6 +21,7 @@ class Job:
     document_sha256: str = ""
     pages: list = field(default_factory=list)  # the 1-based page numbers to process, in order
     orientation: Optional[str] = None  # the request's orientation field (app/orientation/upright.py); None: settings'
+    keep_document: bool = False  # kept until the job expires (for ?format=pdf), counted in the client's stored bytes
     created_at: float = field(default_factory=time.time)
     started_at: Optional[float] = None
     finished_at: Optional[float] = None
@@ -53,6 +54,7 @@ def status_body(job: Job, base_path: str = "/v1/jobs") -> dict:
         "finished_at": iso(job.finished_at),
         "expires_at": iso(job.expires_at),
         "error": job.error,
+        "document_kept": job.keep_document,
         "status_url": f"{base_path}/{job.id}",
         "result_url": f"{base_path}/{job.id}/result",
     }

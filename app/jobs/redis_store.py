@@ -31,7 +31,7 @@ PREFIX = "ocrjobs:"
 CHUNK_BYTES = 1024 * 1024
 ORPHAN_CHUNK_TTL_S = 3600  # chunks written for a submit that never became a job
 _FIELDS = ("status", "client", "content_type", "filename", "document_sha256", "pages", "created_at", "started_at",
-           "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation")
+           "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation", "keep_document")
 
 # ARGV: prefix, id, idempotency key ('' none), client, created_at, pages, bytes, chunks, the three quotas
 # (jobs, pages, bytes), then the job's fields. {'exists', id} | {'quota', name, used} | {'created', id}.
@@ -135,18 +135,25 @@ return 1
 """
 # KEYS: job, results, errors, queue. ARGV: owner ('' = anyone), status, ttl_s, error, engine, id, prefix.
 _FINISH = """
-local s = redis.call('HMGET', KEYS[1], 'status', 'owner', 'doc_chunks', 'idem_key', 'client', 'document_bytes')
+local s = redis.call('HMGET', KEYS[1], 'status', 'owner', 'doc_chunks', 'idem_key', 'client', 'document_bytes',
+                     'keep_document')
 if s[1] ~= 'queued' and s[1] ~= 'running' then return 0 end
 if ARGV[1] ~= '' and s[2] ~= ARGV[1] then return 0 end
 local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local ttl = math.ceil(tonumber(ARGV[3]))
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'finished_at', tostring(now), 'expires_at', tostring(now + ttl),
            'error', ARGV[4], 'engine', ARGV[5], 'owner', '', 'lease_until', '0')
-for n = 0, tonumber(s[3] or '0') - 1 do redis.call('DEL', ARGV[7] .. 'doc:' .. ARGV[6] .. ':' .. n) end
+local keep = s[7] == 'True'
+for n = 0, tonumber(s[3] or '0') - 1 do
+  local chunk = ARGV[7] .. 'doc:' .. ARGV[6] .. ':' .. n
+  if keep then redis.call('EXPIRE', chunk, ttl) else redis.call('DEL', chunk) end
+end
 redis.call('ZREM', KEYS[4], ARGV[6])
 redis.call('ZREM', ARGV[7] .. 'cqueue:' .. (s[5] or ''), ARGV[6])
-redis.call('HINCRBY', KEYS[1], 'stored_bytes', -tonumber(s[6] or '0'))
-redis.call('HSET', KEYS[1], 'document_bytes', '0')
+if not keep then
+  redis.call('HINCRBY', KEYS[1], 'stored_bytes', -tonumber(s[6] or '0'))
+  redis.call('HSET', KEYS[1], 'document_bytes', '0')
+end
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
 if s[4] and s[4] ~= '' then redis.call('EXPIRE', s[4], ttl) end
 return 1
@@ -323,6 +330,8 @@ def _decode(name: str, raw: Optional[bytes]):
         return json.loads(text) if text else ([] if name == "pages" else None)
     if name in ("created_at", "started_at", "finished_at", "expires_at", "lease_until"):
         return float(text) if text else (0.0 if name == "lease_until" else None)
+    if name == "keep_document":
+        return text == "True"
     return text or None if name in ("content_type", "filename", "owner", "orientation") else text
 
 

@@ -70,6 +70,7 @@ class JobRoutes:
         store = self._require_store()
         client = _client(request)
         logger.info("request %s (job submit) from client %s", request_id, client)
+        _flag(request, "keep_document")  # a bad flag is refused before the upload is read
         key = request.headers.get("idempotency-key")
         if key is not None and safe_request_id(key) is None:
             raise BadRequest("Idempotency-Key must be 1-128 characters of letters, digits and -_.:",
@@ -88,7 +89,8 @@ class JobRoutes:
         digest = await asyncio.to_thread(lambda: hashlib.sha256(upload.data).hexdigest())
         job = Job(id=uuid.uuid4().hex, client=client, content_type=upload.content_type,
                   filename=(upload.filename or "")[:255] or None, document_sha256=digest, pages=pages,
-                  orientation=upload.orientation, created_at=time.time())
+                  orientation=upload.orientation, keep_document=_flag(request, "keep_document"),
+                  created_at=time.time())
         stored, created = await self._call(store.create, job, upload.data, key, admission(self._jobs, client))
         if not created and stored.document_sha256 != job.document_sha256:
             raise Conflict("This Idempotency-Key was already used for a different document.",
@@ -227,3 +229,10 @@ def _wait_s(raw: Optional[str]) -> float:
     if not 0 <= wait <= MAX_WAIT_S:
         raise BadRequest("wait must be between 0 and 60 seconds.", code="invalid_wait")
     return wait
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise BadRequest(f"{name} must be true or false.", code=f"invalid_{name}")
+    return value in ("true", "1")

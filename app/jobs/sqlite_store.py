@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     document_sha256 TEXT NOT NULL, pages TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL,
     finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
     idempotency_key TEXT, orientation TEXT, page_count INTEGER NOT NULL DEFAULT 0,
-    document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0);
+    document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0,
+    keep_document INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);
 CREATE TABLE IF NOT EXISTS turns (client TEXT PRIMARY KEY, last REAL NOT NULL);
@@ -42,12 +43,14 @@ CREATE TABLE IF NOT EXISTS idempotency (
     client TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, PRIMARY KEY (client, key));
 """
 _COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
-            "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation")
+            "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation",
+            "keep_document")
 _UNFINISHED = (QUEUED, RUNNING)
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 # Columns added after the first release, with their type: an older file gains them at open.
 _ADDED_COLUMNS = {"orientation": "TEXT", "page_count": "INTEGER NOT NULL DEFAULT 0",
-                  "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0"}
+                  "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0",
+                  "keep_document": "INTEGER NOT NULL DEFAULT 0"}
 
 
 class SQLiteJobStore(JobStore):
@@ -229,11 +232,13 @@ class SQLiteJobStore(JobStore):
             now = time.time()
             changed = db.execute(
                 "UPDATE jobs SET status=?, finished_at=?, expires_at=?, error=?, engine=?, owner=NULL, lease_until=0, "
-                "stored_bytes = stored_bytes - document_bytes, document_bytes = 0 "
+                "stored_bytes = stored_bytes - CASE WHEN keep_document THEN 0 ELSE document_bytes END, "
+                "document_bytes = CASE WHEN keep_document THEN document_bytes ELSE 0 END "
                 f"WHERE id=? AND status NOT IN ({', '.join('?' * len(FINISHED))}) AND (? IS NULL OR owner=?)",
                 (status, now, now + ttl_s, _dumps(error), _dumps(engine), job_id, *FINISHED, owner, owner)).rowcount
-            if changed:
-                db.execute("DELETE FROM documents WHERE job_id=?", (job_id,))  # the results are what is kept
+            if changed:  # the results are what is kept, and the document where the client asked for it
+                db.execute("DELETE FROM documents WHERE job_id=? AND job_id NOT IN "
+                           "(SELECT id FROM jobs WHERE id=? AND keep_document)", (job_id, job_id))
             return changed == 1
 
         return self._transaction(work)
@@ -272,7 +277,7 @@ def _dumps(value) -> Optional[str]:
 def _row(job: Job) -> tuple:
     return (job.id, job.status, job.client, job.content_type, job.filename, job.document_sha256,
             json.dumps(job.pages), job.created_at, job.started_at, job.finished_at, job.expires_at,
-            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until, job.orientation)
+            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until, job.orientation, int(job.keep_document))
 
 
 def _job(row) -> Job:
@@ -280,4 +285,5 @@ def _job(row) -> Job:
     for name in ("pages", "error", "engine"):
         values[name] = json.loads(values[name]) if values[name] is not None else None
     values["pages"] = values["pages"] or []
+    values["keep_document"] = bool(values["keep_document"])
     return Job(**values)
