@@ -153,6 +153,19 @@ def test_a_document_kept_for_a_searchable_pdf_outlives_the_job_until_it_expires_
     store.create(new_job(pages=[1]), b"d" * 500, admission=limits(max_stored_bytes=1000))
 
 
+def test_pages_are_told_in_the_order_they_were_recorded_each_once(store):
+    job, _ = store.create(new_job(pages=[1, 2, 3, 4]), b"doc")
+    for number in (3, 1, 3, 4):
+        store.record_page(job.id, number, result={"text": str(number)})
+    store.record_page(job.id, 2, error={"code": "ocr_failed"})
+    told = [(3, True), (1, True), (4, True), (2, False)]
+    assert store.recorded_order(job.id) == told
+    store.finish(job.id, None, "partial", ttl_s=60)
+    assert store.recorded_order(job.id) == told
+    store.delete(job.id)
+    assert store.recorded_order(job.id) == []
+
+
 def test_delete_removes_everything_and_stops_writes(store):
     job, _ = store.create(new_job(), b"doc", idempotency_key="k")
     store.record_page(job.id, 1, result={"text": "t"})

@@ -223,6 +223,10 @@ class Ingress:
     async def job_result(self, request: Request, job_id: str):
         return await self._job_call(request, self._jobs.result, job_id)
 
+    @api.get("/v1/jobs/{job_id}/events")
+    async def job_events(self, request: Request, job_id: str):
+        return await self._job_call(request, self._jobs.events, job_id)
+
     @api.delete("/v1/jobs/{job_id}")
     async def delete_job(self, request: Request, job_id: str):
         return await self._job_call(request, self._jobs.delete, job_id)

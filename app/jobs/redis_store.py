@@ -1,10 +1,10 @@
 """The fleet's store: one Redis (AOF on), reached from every node.
 
 Keys, under `ocrjobs:`: `job:ID` (a hash), `doc:ID:N` (the document in 1 MiB chunks),
-`results:ID` and `errors:ID` (page number -> JSON), `idem:CLIENT:KEY`, `queue` (unfinished
-job ids by creation time), `cqueue:CLIENT` (the same, per client), `cjobs:CLIENT` (a client's
-jobs, finished ones until they expire: its quota usage) and `turns` (client -> time of its
-last claim). Every change that reads before it writes is one Lua script, so it is atomic on
+`results:ID` and `errors:ID` (page number -> JSON), `order:ID` (`PAGE:result|error` as recorded),
+`idem:CLIENT:KEY`, `queue` (unfinished job ids by creation time), `cqueue:CLIENT` (the same, per
+client), `cjobs:CLIENT` (a client's jobs, finished ones until they expire: its quota usage) and
+`turns` (client -> time of its last claim). Every change that reads before it writes is one Lua script, so it is atomic on
 the server: the submit checks the Idempotency-Key and the client's quotas and creates the job
 in one step. Leases are timed by the server's clock, so nodes whose clocks drift cannot steal
 each other's jobs. A finished job's keys get the job's TTL and expire by themselves; its
@@ -124,13 +124,14 @@ _RELEASE = """
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then redis.call('HSET', KEYS[1], 'lease_until', '0', 'owner', '') end
 return 1
 """
-# KEYS: job, results, errors. ARGV: page, 'result'|'error', body.
+# KEYS: job, results, errors, order. ARGV: page, 'result'|'error', body.
 _RECORD = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' and status ~= 'running' then return 0 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return 0 end
 if ARGV[2] == 'result' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) else redis.call('HSET', KEYS[3], ARGV[1], ARGV[3]) end
 redis.call('HINCRBY', KEYS[1], 'stored_bytes', string.len(ARGV[3]))
+redis.call('RPUSH', KEYS[4], ARGV[1] .. ':' .. ARGV[2])
 return 1
 """
 # KEYS: job, results, errors, queue. ARGV: owner ('' = anyone), status, ttl_s, error, engine, id, prefix.
@@ -155,6 +156,7 @@ if not keep then
   redis.call('HSET', KEYS[1], 'document_bytes', '0')
 end
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
+redis.call('EXPIRE', ARGV[7] .. 'order:' .. ARGV[6], ttl)
 if s[4] and s[4] ~= '' then redis.call('EXPIRE', s[4], ttl) end
 return 1
 """
@@ -257,7 +259,7 @@ class RedisJobStore(JobStore):
     def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
                     error: Optional[dict] = None) -> bool:
         kind, body = ("result", result) if result is not None else ("error", error)
-        keys = [self._key("job", job_id), self._key("results", job_id), self._key("errors", job_id)]
+        keys = [self._key(kind, job_id) for kind in ("job", "results", "errors", "order")]
         try:
             return self._record(keys=keys, args=[page_number, kind, json.dumps(body, separators=(",", ":"))]) == 1
         except redis.exceptions.OutOfMemoryError as exc:
@@ -268,6 +270,10 @@ class RedisJobStore(JobStore):
         pipe.hkeys(self._key("results", job_id))
         pipe.hkeys(self._key("errors", job_id))
         return {int(number) for numbers in pipe.execute() for number in numbers}
+
+    def recorded_order(self, job_id: str) -> list[tuple[int, bool]]:
+        entries = [entry.decode().split(":") for entry in self._redis.lrange(self._key("order", job_id), 0, -1)]
+        return [(int(number), kind == "result") for number, kind in entries]
 
     def results(self, job_id: str) -> dict[int, dict]:
         pipe = self._redis.pipeline(transaction=False)
@@ -286,7 +292,7 @@ class RedisJobStore(JobStore):
 
     def delete(self, job_id: str) -> bool:
         chunks, idem, client = self._redis.hmget(self._key("job", job_id), ["doc_chunks", "idem_key", "client"])
-        keys = [self._key(kind, job_id) for kind in ("job", "results", "errors")]
+        keys = [self._key(kind, job_id) for kind in ("job", "results", "errors", "order")]
         keys += [f"{PREFIX}doc:{job_id}:{n}" for n in range(int(chunks or 0))]
         if idem:
             keys.append(idem.decode())

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray.serve.handle import DeploymentHandle
 
 from app.config import Jobs
@@ -31,6 +31,7 @@ from app.errors import (BadRequest, Conflict, NotConfigured, NotFound, OCRServic
                         ServiceUnavailable)
 from app.formats import parse_format
 from app.http.formatted import formatted
+from app.jobs.events import job_events, last_event_id
 from app.jobs.model import Job, result_body, status_body
 from app.jobs.store import JobStore, admission, open_store
 from app.http.proxy_guard import safe_request_id
@@ -49,8 +50,9 @@ class JobRoutes:
         self._runner = runner
         self._base = base_path
         self._store: Optional[JobStore] = open_store(jobs) if jobs.store else None
-        self._uploads = Holders("job uploads", jobs.max_uploads)
-        self._long_polls = Holders("long-polls", jobs.max_long_polls)
+        self._uploads = Holders("job uploads", jobs.max_uploads, "max_uploads")
+        self._long_polls = Holders("long-polls", jobs.max_long_polls, "max_long_polls")
+        self._streams = Holders("event streams", jobs.max_event_streams, "max_event_streams")
         self._buffered = ByteBudget(jobs.max_upload_buffer_bytes)
 
     def _require_store(self) -> JobStore:
@@ -127,6 +129,29 @@ class JobRoutes:
                 job = await self._wait_for_change(request, job, wait)
         return JSONResponse(status_body(job, self._base))
 
+    async def events(self, request: Request, request_id: str, job_id: str) -> StreamingResponse:
+        """Server-Sent Events of the job's pages as they finish, then its end (app/jobs/events.py)."""
+        seen = last_event_id(request.headers.get("last-event-id"))
+        job = await self._job(request, job_id)
+        client = _client(request)
+        self._streams.check(client, self._jobs.quotas_for(client).max_event_streams)  # 429/503 before streaming
+
+        async def current(job_id: str) -> Optional[Job]:
+            try:
+                return await self._job(request, job_id)
+            except NotFound:
+                return None
+
+        async def stream():
+            with self._streams.hold(client):  # held while the stream runs
+                async for chunk in job_events(job, seen, lambda i: self._call(self._store.recorded_order, i), current,
+                                              request.is_disconnected, self._jobs.events_poll_s,
+                                              self._jobs.events_keepalive_s, self._base):
+                    yield chunk
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
     async def _wait_for_change(self, request: Request, job: Job, wait: float) -> Job:
         deadline = time.monotonic() + wait
         first = job.status
@@ -160,24 +185,28 @@ class JobRoutes:
 class Holders:
     """Who holds how many of one kind of request slot on this replica, against a replica and a client limit."""
 
-    def __init__(self, what: str, limit: int):
-        self._what, self._limit = what, limit
+    def __init__(self, what: str, limit: int, quota: str):
+        self._what, self._limit, self._quota = what, limit, quota
         self._held: Counter[str] = Counter()
 
     def admits(self, client: str, client_limit: int) -> bool:
         return sum(self._held.values()) < self._limit and self._held[client] < client_limit
 
+    def check(self, client: str, client_limit: int) -> None:
+        """Refuse (503 replica-wide, 429 for the client) where one more would pass a limit."""
+        if sum(self._held.values()) >= self._limit:
+            raise ServiceUnavailable(f"This replica is holding {self._limit} {self._what} already; retry.",
+                                     code="overloaded", retry_after_s=2)
+        if self._held[client] >= client_limit:
+            raise QuotaExceeded(f"Client {client!r} has {client_limit} {self._what} in progress here already "
+                                f"(jobs.quotas.{self._quota}={client_limit}); send them one after another.",
+                                retry_after_s=2)
+
     @contextmanager
     def hold(self, client: str, client_limit: Optional[int] = None):
-        """Hold one; with `client_limit`, refuse (503 replica-wide, 429 for the client) instead of waiting."""
+        """Hold one; with `client_limit`, refuse (check) instead of going past it."""
         if client_limit is not None:
-            if sum(self._held.values()) >= self._limit:
-                raise ServiceUnavailable(f"This replica is reading {self._limit} {self._what} already; retry.",
-                                         code="overloaded", retry_after_s=2)
-            if self._held[client] >= client_limit:
-                raise QuotaExceeded(f"Client {client!r} has {client_limit} {self._what} in progress here already "
-                                    f"(jobs.quotas.max_uploads={client_limit}); send them one after another.",
-                                    retry_after_s=2)
+            self.check(client, client_limit)
         self._held[client] += 1
         try:
             yield

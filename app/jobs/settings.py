@@ -24,6 +24,8 @@ class JobQuotas(BaseModel):
     )
     max_uploads: int = Field(4, ge=1, description="Job uploads in progress at one ingress replica.")
     max_long_polls: int = Field(4, ge=0, description="Long-polls held open at one ingress replica.")
+    max_event_streams: int = Field(4, ge=0, description="Event streams (/v1/jobs/{id}/events) open at one ingress "
+                                   "replica.")
 
 
 class Jobs(BaseModel):
@@ -92,6 +94,15 @@ class Jobs(BaseModel):
     max_long_polls: int = Field(
         32, ge=0, description="`GET /v1/jobs/{id}?wait=` long-polls one ingress replica holds open at once; "
         "beyond them (or the client's quota) the status is answered at once."
+    )
+    max_event_streams: int = Field(
+        64, ge=0, description="`GET /v1/jobs/{id}/events` streams one ingress replica holds open at once; beyond: "
+        "503 (the client's own quota: 429), and the client polls the status instead."
+    )
+    events_poll_s: float = Field(0.5, gt=0, description="How often an event stream looks for newly finished pages.")
+    events_keepalive_s: float = Field(
+        15.0, gt=0, description="An event stream with nothing to tell sends a comment this often, so that proxies "
+        "keep it open and a client that left is noticed."
     )
     upload_idle_timeout_s: float = Field(
         30.0, gt=0, description="A job upload that sends no byte for this long is ended with 408 (the whole "

@@ -213,6 +213,12 @@ class SQLiteJobStore(JobStore):
     def recorded_pages(self, job_id: str) -> set[int]:
         return {row[0] for row in self._query("SELECT page_number FROM page_results WHERE job_id=?", (job_id,))}
 
+    def recorded_order(self, job_id: str) -> list[tuple[int, bool]]:
+        # INSERT OR IGNORE gives each new row the next rowid: rowid order is the order pages were recorded
+        rows = self._query("SELECT page_number, error IS NULL FROM page_results WHERE job_id=? ORDER BY rowid",
+                           (job_id,))
+        return [(number, bool(read)) for number, read in rows]
+
     def unfinished_created_before(self, cutoff: float) -> list[str]:
         return [row[0] for row in self._query("SELECT id FROM jobs WHERE status IN (?,?) AND created_at < ?",
                                               (*_UNFINISHED, cutoff))]

@@ -68,6 +68,11 @@ class JobStore(abc.ABC):
         """Page numbers with a result or a final error."""
 
     @abc.abstractmethod
+    def recorded_order(self, job_id: str) -> list[tuple[int, bool]]:
+        """(page number, read: False for a final error) for the pages recorded so far, in the order they were
+        recorded, each once: a job's event stream."""
+
+    @abc.abstractmethod
     def results(self, job_id: str) -> dict[int, dict]:
         """page number -> {"result": page body} or {"error": error body}."""
 
