@@ -36,6 +36,13 @@ TEST_LIMITS = {
     "page_render_timeout_s": 5,
     "upload_read_timeout_s": 5,
 }
+# Callbacks go to a receiver the test starts on this port, signed with this key (tests/test_job_callbacks.py).
+CALLBACK_PORT = free_port()
+CALLBACK_SECRET = os.urandom(32).hex().encode()
+_secret_dir = tempfile.mkdtemp(prefix="ocr-callback-")
+CALLBACK_SECRET_FILE = os.path.join(_secret_dir, "callback.key")
+with open(os.open(CALLBACK_SECRET_FILE, os.O_CREAT | os.O_WRONLY, 0o600), "wb") as _handle:
+    _handle.write(CALLBACK_SECRET + b"\n")
 TEST_ARGS = {
     "engine": "ppocr",
     "engine_threads": 1,
@@ -47,7 +54,9 @@ TEST_ARGS = {
     "batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.3, "max_concurrent_batches": 1},
     # Jobs in a SQLite file of this run; short leases so that a takeover after kill -9 takes seconds.
     "jobs": {"store": f"sqlite:///{tempfile.mkdtemp(prefix='ocr-jobs-')}/jobs.sqlite3", "lease_s": 3,
-             "max_pages": 40, "max_inflight_pages": 4, "upload_idle_timeout_s": 5},
+             "max_pages": 40, "max_inflight_pages": 4, "upload_idle_timeout_s": 5,
+             "callbacks": {"allowed_hosts": [f"127.0.0.1:{CALLBACK_PORT}"], "secret_file": CALLBACK_SECRET_FILE,
+                           "backoff_s": 0.5, "timeout_s": 5}},
 }
 
 

@@ -166,6 +166,26 @@ def test_pages_are_told_in_the_order_they_were_recorded_each_once(store):
     assert store.recorded_order(job.id) == []
 
 
+def test_a_finished_jobs_callback_is_due_once_held_by_one_runner_and_retried_when_told(store):
+    called = new_job(pages=[1])
+    called.callback_url = "https://records.internal/ocr-done"
+    called, _ = store.create(called, b"doc")
+    quiet, _ = store.create(new_job(pages=[1]), b"doc")
+    assert store.claim_callback(30) is None  # not finished: nothing to tell yet
+    assert store.get(called.id).callback is None
+    for job in (called, quiet):
+        store.finish(job.id, None, "succeeded", ttl_s=60)
+    due = store.claim_callback(30)
+    assert due.id == called.id and due.callback == {"status": "pending", "attempts": 0}
+    assert store.claim_callback(30) is None  # held by the runner that took it
+    store.record_callback(called.id, {"status": "pending", "attempts": 1, "last_status": 500}, due=time.time() - 1)
+    again = store.claim_callback(30)
+    assert again.id == called.id and again.callback["attempts"] == 1
+    store.record_callback(called.id, {"status": "delivered", "attempts": 2, "last_status": 204}, due=None)
+    assert store.claim_callback(30) is None and store.get(called.id).callback["status"] == "delivered"
+    assert store.get(quiet.id).callback is None and store.get(quiet.id).callback_url is None
+
+
 def test_delete_removes_everything_and_stops_writes(store):
     job, _ = store.create(new_job(), b"doc", idempotency_key="k")
     store.record_page(job.id, 1, result={"text": "t"})

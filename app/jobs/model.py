@@ -9,6 +9,7 @@ from typing import Optional
 
 QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELED = "queued", "running", "succeeded", "partial", "failed", "canceled"
 FINISHED = (SUCCEEDED, PARTIAL, FAILED, CANCELED)
+CALLBACK_PENDING = {"status": "pending", "attempts": 0}  # a finished job's callback before its first delivery
 
 
 @dataclass
@@ -22,6 +23,8 @@ class Job:
     pages: list = field(default_factory=list)  # the 1-based page numbers to process, in order
     orientation: Optional[str] = None  # the request's orientation field (app/orientation/upright.py); None: settings'
     keep_document: bool = False  # kept until the job expires (for ?format=pdf), counted in the client's stored bytes
+    callback_url: Optional[str] = None  # POSTed the status when the job ends (app/jobs/callbacks.py)
+    callback: Optional[dict] = None  # its delivery: {"status", "attempts", "last_status", "last_error", ...}
     created_at: float = field(default_factory=time.time)
     started_at: Optional[float] = None
     finished_at: Optional[float] = None
@@ -55,6 +58,8 @@ def status_body(job: Job, base_path: str = "/v1/jobs") -> dict:
         "expires_at": iso(job.expires_at),
         "error": job.error,
         "document_kept": job.keep_document,
+        "callback": ({"url": job.callback_url, **(job.callback or {"status": "waiting", "attempts": 0})}
+                     if job.callback_url else None),
         "status_url": f"{base_path}/{job.id}",
         "result_url": f"{base_path}/{job.id}/result",
     }

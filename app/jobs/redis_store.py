@@ -23,7 +23,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from app.jobs.model import Job
+from app.jobs.model import CALLBACK_PENDING, Job
 from app.jobs.quotas import QUOTA_NAMES, Admission, quota_exceeded, store_full
 from app.jobs.store import DocumentLost, JobStore
 
@@ -31,7 +31,8 @@ PREFIX = "ocrjobs:"
 CHUNK_BYTES = 1024 * 1024
 ORPHAN_CHUNK_TTL_S = 3600  # chunks written for a submit that never became a job
 _FIELDS = ("status", "client", "content_type", "filename", "document_sha256", "pages", "created_at", "started_at",
-           "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation", "keep_document")
+           "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation", "keep_document",
+           "callback_url", "callback")
 
 # ARGV: prefix, id, idempotency key ('' none), client, created_at, pages, bytes, chunks, the three quotas
 # (jobs, pages, bytes), then the job's fields. {'exists', id} | {'quota', name, used} | {'created', id}.
@@ -134,10 +135,19 @@ redis.call('HINCRBY', KEYS[1], 'stored_bytes', string.len(ARGV[3]))
 redis.call('RPUSH', KEYS[4], ARGV[1] .. ':' .. ARGV[2])
 return 1
 """
-# KEYS: job, results, errors, queue. ARGV: owner ('' = anyone), status, ttl_s, error, engine, id, prefix.
+# KEYS: job, results, errors, queue. ARGV: owner ('' = anyone), status, ttl_s, error, engine, id, prefix,
+# the pending callback state.
+# KEYS: callbacks. ARGV: hold_s. The first due callback, held hold_s from now (the server's clock).
+_CLAIM_CALLBACK = """
+local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
+if #due == 0 then return false end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), due[1])
+return due[1]
+"""
 _FINISH = """
 local s = redis.call('HMGET', KEYS[1], 'status', 'owner', 'doc_chunks', 'idem_key', 'client', 'document_bytes',
-                     'keep_document')
+                     'keep_document', 'callback_url')
 if s[1] ~= 'queued' and s[1] ~= 'running' then return 0 end
 if ARGV[1] ~= '' and s[2] ~= ARGV[1] then return 0 end
 local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
@@ -157,6 +167,10 @@ if not keep then
 end
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
 redis.call('EXPIRE', ARGV[7] .. 'order:' .. ARGV[6], ttl)
+if s[8] and s[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'callback', ARGV[8])
+  redis.call('ZADD', ARGV[7] .. 'callbacks', now, ARGV[6])
+end
 if s[4] and s[4] ~= '' then redis.call('EXPIRE', s[4], ttl) end
 return 1
 """
@@ -183,9 +197,9 @@ class RedisJobStore(JobStore):
         if policy != "noeviction":
             raise RuntimeError(f"The Redis at jobs.store evicts keys (maxmemory-policy {policy}): it would drop "
                                "accepted documents and results. Start it with --maxmemory-policy noeviction.")
-        self._create, self._claim, self._renew, self._release, self._record, self._finish, self._count = (
-            self._redis.register_script(source)
-            for source in (_CREATE, _CLAIM, _RENEW, _RELEASE, _RECORD, _FINISH, _COUNT))
+        (self._create, self._claim, self._renew, self._release, self._record, self._finish, self._count,
+         self._claim_callback) = (self._redis.register_script(source) for source in (
+             _CREATE, _CLAIM, _RENEW, _RELEASE, _RECORD, _FINISH, _COUNT, _CLAIM_CALLBACK))
         self._redis.register_script(_ADOPT)(args=[PREFIX])
 
     @staticmethod
@@ -287,8 +301,28 @@ class RedisJobStore(JobStore):
     def finish(self, job_id: str, owner: Optional[str], status: str, ttl_s: float, error: Optional[dict] = None,
                engine: Optional[dict] = None) -> bool:
         keys = [self._key(kind, job_id) for kind in ("job", "results", "errors")] + [f"{PREFIX}queue"]
-        args = [owner or "", status, ttl_s, _encode(error), _encode(engine), job_id, PREFIX]
+        args = [owner or "", status, ttl_s, _encode(error), _encode(engine), job_id, PREFIX, _encode(CALLBACK_PENDING)]
         return self._finish(keys=keys, args=args) == 1
+
+    def claim_callback(self, hold_s: float) -> Optional[Job]:
+        for _ in range(10):  # a due entry whose job expired meanwhile is dropped, and the next one taken
+            job_id = self._claim_callback(keys=[f"{PREFIX}callbacks"], args=[hold_s])
+            if job_id is None:
+                return None
+            job = self.get(job_id.decode())
+            if job is not None:
+                return job
+            self._redis.zrem(f"{PREFIX}callbacks", job_id)
+        return None
+
+    def record_callback(self, job_id: str, state: dict, due: Optional[float]) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hset(self._key("job", job_id), "callback", _encode(state))
+        if due is None:
+            pipe.zrem(f"{PREFIX}callbacks", job_id)
+        else:
+            pipe.zadd(f"{PREFIX}callbacks", {job_id: due})
+        pipe.execute()
 
     def delete(self, job_id: str) -> bool:
         chunks, idem, client = self._redis.hmget(self._key("job", job_id), ["doc_chunks", "idem_key", "client"])
@@ -299,6 +333,7 @@ class RedisJobStore(JobStore):
         pipe = self._redis.pipeline(transaction=False)  # MULTI is refused at maxmemory; a delete must work there
         pipe.delete(*keys)
         pipe.zrem(f"{PREFIX}queue", job_id)
+        pipe.zrem(f"{PREFIX}callbacks", job_id)
         if client:
             pipe.zrem(f"{PREFIX}cqueue:{client.decode()}", job_id)
             pipe.zrem(f"{PREFIX}cjobs:{client.decode()}", job_id)
@@ -332,12 +367,12 @@ def _encode(value) -> str:
 
 def _decode(name: str, raw: Optional[bytes]):
     text = raw.decode() if raw is not None else ""
-    if name in ("pages", "error", "engine"):
+    if name in ("pages", "error", "engine", "callback"):
         return json.loads(text) if text else ([] if name == "pages" else None)
     if name in ("created_at", "started_at", "finished_at", "expires_at", "lease_until"):
         return float(text) if text else (0.0 if name == "lease_until" else None)
     if name == "keep_document":
         return text == "True"
-    return text or None if name in ("content_type", "filename", "owner", "orientation") else text
+    return text or None if name in ("content_type", "filename", "owner", "orientation", "callback_url") else text
 
 

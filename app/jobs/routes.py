@@ -31,6 +31,7 @@ from app.errors import (BadRequest, Conflict, NotConfigured, NotFound, OCRServic
                         ServiceUnavailable)
 from app.formats import parse_format
 from app.http.formatted import formatted
+from app.jobs.callbacks import allowed_url
 from app.jobs.events import job_events, last_event_id
 from app.jobs.model import Job, result_body, status_body
 from app.jobs.store import JobStore, admission, open_store
@@ -72,7 +73,10 @@ class JobRoutes:
         store = self._require_store()
         client = _client(request)
         logger.info("request %s (job submit) from client %s", request_id, client)
-        _flag(request, "keep_document")  # a bad flag is refused before the upload is read
+        _flag(request, "keep_document")  # a bad flag or callback is refused before the upload is read
+        callback_url = request.query_params.get("callback_url")
+        if callback_url is not None:
+            allowed_url(callback_url, self._jobs.callbacks)
         key = request.headers.get("idempotency-key")
         if key is not None and safe_request_id(key) is None:
             raise BadRequest("Idempotency-Key must be 1-128 characters of letters, digits and -_.:",
@@ -92,6 +96,7 @@ class JobRoutes:
         job = Job(id=uuid.uuid4().hex, client=client, content_type=upload.content_type,
                   filename=(upload.filename or "")[:255] or None, document_sha256=digest, pages=pages,
                   orientation=upload.orientation, keep_document=_flag(request, "keep_document"),
+                  callback_url=request.query_params.get("callback_url"),
                   created_at=time.time())
         stored, created = await self._call(store.create, job, upload.data, key, admission(self._jobs, client))
         if not created and stored.document_sha256 != job.document_sha256:

@@ -41,6 +41,7 @@ from ray.serve.handle import DeploymentHandle
 from app.ops import metrics
 from app.config import Jobs
 from app.errors import InsufficientStorage, to_error
+from app.jobs.callbacks import CallbackSender
 from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import DocumentLost, open_store
 from app.pipeline.page_pipeline import EngineIdentity, read_page
@@ -84,6 +85,8 @@ class JobRunner:
         self._decode_ms: dict[str, float] = {}  # decoder time each job of this runner has used
         self._paused_until = 0.0
         self._pause_s = 0.0
+        self._callbacks = CallbackSender(jobs.callbacks, self._store) if jobs.callbacks.allowed_hosts else None
+        self._callback_task: Optional[asyncio.Task] = None
         try:
             self._ensure_loop()
         except RuntimeError:  # no running loop here: check_health starts it
@@ -97,6 +100,8 @@ class JobRunner:
             self._wake = self._wake or asyncio.Event()
             self._loop_task = loop.create_task(self._claim_loop())
             logger.info("job runner %s claiming from %s", self._owner, self._store.__class__.__name__)
+        if self._callbacks is not None and (self._callback_task is None or self._callback_task.done()):
+            self._callback_task = asyncio.get_running_loop().create_task(self._callback_loop())
 
     async def check_health(self) -> None:
         self._ensure_loop()
@@ -108,7 +113,8 @@ class JobRunner:
         self._wake.set()
 
     def info(self) -> dict:
-        return {"owner": self._owner, "active": sorted(self._active), "stats": self.stats}
+        callbacks = self._callbacks.stats if self._callbacks else None
+        return {"owner": self._owner, "active": sorted(self._active), "stats": self.stats, "callbacks": callbacks}
 
     async def _claim_loop(self) -> None:
         last_purge = 0.0
@@ -133,6 +139,15 @@ class JobRunner:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
+
+    async def _callback_loop(self) -> None:
+        """Due callbacks (app/jobs/callbacks.py) delivered apart from the claims, so a slow receiver delays no job."""
+        while True:
+            try:
+                await self._callbacks.deliver_due()
+            except Exception:
+                logger.exception("job runner %s: delivering callbacks failed; trying again", self._owner)
+            await asyncio.sleep(self._jobs.poll_s)
 
     async def _purge(self) -> None:
         purged = await asyncio.to_thread(self._store.purge_expired)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class JobQuotas(BaseModel):
@@ -26,6 +26,36 @@ class JobQuotas(BaseModel):
     max_long_polls: int = Field(4, ge=0, description="Long-polls held open at one ingress replica.")
     max_event_streams: int = Field(4, ge=0, description="Event streams (/v1/jobs/{id}/events) open at one ingress "
                                    "replica.")
+
+
+class Callbacks(BaseModel):
+    """POSTs to a client's own system when its job ends (`callback_url` on submit), signed with HMAC-SHA256."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Hosts a callback_url may name: `host` (any port) or `host:port`, "
+        "exactly; any other is refused at submit with 400. Empty: no callbacks."
+    )
+    secret_file: Optional[str] = Field(
+        None, description="File holding the HMAC-SHA256 key that signs every callback (X-OCR-Signature); required "
+        "with allowed_hosts. Share it with the receivers only."
+    )
+    ca_file: Optional[str] = Field(
+        None, description="PEM file of the CA(s) that signed the receivers' certificates (https callbacks); unset: "
+        "the system's CAs."
+    )
+    max_attempts: int = Field(6, ge=1, le=20, description="Deliveries tried before the callback is given up as "
+                              "failed (shown in the job's status).")
+    backoff_s: float = Field(2.0, gt=0, description="Wait before the second attempt; doubled after each (at most "
+                             "300 s).")
+    timeout_s: float = Field(10.0, gt=0, description="One attempt's limit, connecting and answering.")
+
+    @model_validator(mode="after")
+    def _signed(self) -> "Callbacks":
+        if self.allowed_hosts and not self.secret_file:
+            raise ValueError("jobs.callbacks.allowed_hosts needs jobs.callbacks.secret_file: callbacks are signed")
+        return self
 
 
 class Jobs(BaseModel):
@@ -108,6 +138,7 @@ class Jobs(BaseModel):
         30.0, gt=0, description="A job upload that sends no byte for this long is ended with 408 (the whole "
         "upload has upload_read_timeout_s)."
     )
+    callbacks: Callbacks = Field(default_factory=lambda: Callbacks(), description="Callbacks when a job ends.")
     quotas: JobQuotas = Field(
         default_factory=lambda: JobQuotas(), description="Each client's limits (API key name; the anonymous "
         "client without keys); past one: 429 quota_exceeded with Retry-After, the message naming the limit."

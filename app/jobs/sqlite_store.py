@@ -20,7 +20,7 @@ import time
 from typing import Optional
 
 from app.errors import InsufficientStorage
-from app.jobs.model import FINISHED, QUEUED, RUNNING, Job
+from app.jobs.model import CALLBACK_PENDING, FINISHED, QUEUED, RUNNING, Job
 from app.jobs.quotas import Admission, Usage, first_exceeded, quota_exceeded, store_full
 from app.jobs.store import DocumentLost, JobStore
 
@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
     idempotency_key TEXT, orientation TEXT, page_count INTEGER NOT NULL DEFAULT 0,
     document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0,
-    keep_document INTEGER NOT NULL DEFAULT 0);
+    keep_document INTEGER NOT NULL DEFAULT 0, callback_url TEXT, callback TEXT, callback_due REAL);
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);
 CREATE TABLE IF NOT EXISTS turns (client TEXT PRIMARY KEY, last REAL NOT NULL);
@@ -44,13 +44,14 @@ CREATE TABLE IF NOT EXISTS idempotency (
 """
 _COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
             "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation",
-            "keep_document")
+            "keep_document", "callback_url", "callback")
 _UNFINISHED = (QUEUED, RUNNING)
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 # Columns added after the first release, with their type: an older file gains them at open.
 _ADDED_COLUMNS = {"orientation": "TEXT", "page_count": "INTEGER NOT NULL DEFAULT 0",
                   "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0",
-                  "keep_document": "INTEGER NOT NULL DEFAULT 0"}
+                  "keep_document": "INTEGER NOT NULL DEFAULT 0", "callback_url": "TEXT", "callback": "TEXT",
+                  "callback_due": "REAL"}
 
 
 class SQLiteJobStore(JobStore):
@@ -239,15 +240,34 @@ class SQLiteJobStore(JobStore):
             changed = db.execute(
                 "UPDATE jobs SET status=?, finished_at=?, expires_at=?, error=?, engine=?, owner=NULL, lease_until=0, "
                 "stored_bytes = stored_bytes - CASE WHEN keep_document THEN 0 ELSE document_bytes END, "
-                "document_bytes = CASE WHEN keep_document THEN document_bytes ELSE 0 END "
+                "document_bytes = CASE WHEN keep_document THEN document_bytes ELSE 0 END, "
+                "callback = CASE WHEN callback_url IS NULL THEN NULL ELSE ? END, "
+                "callback_due = CASE WHEN callback_url IS NULL THEN NULL ELSE ? END "
                 f"WHERE id=? AND status NOT IN ({', '.join('?' * len(FINISHED))}) AND (? IS NULL OR owner=?)",
-                (status, now, now + ttl_s, _dumps(error), _dumps(engine), job_id, *FINISHED, owner, owner)).rowcount
+                (status, now, now + ttl_s, _dumps(error), _dumps(engine), _dumps(CALLBACK_PENDING), now, job_id,
+                 *FINISHED, owner, owner)).rowcount
             if changed:  # the results are what is kept, and the document where the client asked for it
                 db.execute("DELETE FROM documents WHERE job_id=? AND job_id NOT IN "
                            "(SELECT id FROM jobs WHERE id=? AND keep_document)", (job_id, job_id))
             return changed == 1
 
         return self._transaction(work)
+
+    def claim_callback(self, hold_s: float) -> Optional[Job]:
+        def work(db):
+            now = time.time()
+            row = db.execute("SELECT id FROM jobs WHERE callback_due IS NOT NULL AND callback_due <= ? "
+                             "ORDER BY callback_due LIMIT 1", (now,)).fetchone()
+            if row is not None:
+                db.execute("UPDATE jobs SET callback_due=? WHERE id=?", (now + hold_s, row[0]))
+            return row[0] if row else None
+
+        job_id = self._transaction(work)
+        return self.get(job_id) if job_id else None
+
+    def record_callback(self, job_id: str, state: dict, due: Optional[float]) -> None:
+        self._transaction(lambda db: db.execute("UPDATE jobs SET callback=?, callback_due=? WHERE id=?",
+                                                (_dumps(state), due, job_id)))
 
     def delete(self, job_id: str) -> bool:
         def work(db):
@@ -283,12 +303,13 @@ def _dumps(value) -> Optional[str]:
 def _row(job: Job) -> tuple:
     return (job.id, job.status, job.client, job.content_type, job.filename, job.document_sha256,
             json.dumps(job.pages), job.created_at, job.started_at, job.finished_at, job.expires_at,
-            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until, job.orientation, int(job.keep_document))
+            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until, job.orientation, int(job.keep_document),
+            job.callback_url, _dumps(job.callback))
 
 
 def _job(row) -> Job:
     values = dict(zip(_COLUMNS, row))
-    for name in ("pages", "error", "engine"):
+    for name in ("pages", "error", "engine", "callback"):
         values[name] = json.loads(values[name]) if values[name] is not None else None
     values["pages"] = values["pages"] or []
     values["keep_document"] = bool(values["keep_document"])

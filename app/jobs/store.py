@@ -82,6 +82,14 @@ class JobStore(abc.ABC):
         """End the job (its lease holder only, unless owner is None); its data expires ttl_s later."""
 
     @abc.abstractmethod
+    def claim_callback(self, hold_s: float) -> Optional[Job]:
+        """A finished job whose callback is due, held for `hold_s` so that no other runner delivers it meanwhile."""
+
+    @abc.abstractmethod
+    def record_callback(self, job_id: str, state: dict, due: Optional[float]) -> None:
+        """A delivery's outcome; `due`: when to try again (epoch seconds), None when done for good."""
+
+    @abc.abstractmethod
     def delete(self, job_id: str) -> bool:
         """Remove the job and all its data; True if it existed."""
 
