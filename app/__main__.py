@@ -17,6 +17,7 @@ import time
 import yaml
 
 from app.http.proxy_guard import PROXY_GUARD_ENV
+from app.loopback import is_loopback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -37,15 +38,6 @@ def _args_from_config(path: str | None) -> dict:
     return config["applications"][0].get("args", {}) or {}
 
 
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _transport_refusal(options) -> str | None:
@@ -55,7 +47,7 @@ def _transport_refusal(options) -> str | None:
     for path in filter(None, (options.tls_cert, options.tls_key)):
         if not os.access(path, os.R_OK):
             return f"{path} cannot be read."
-    if not options.tls_cert and not _is_loopback(options.host) and not options.plain_http:
+    if not options.tls_cert and not is_loopback(options.host) and not options.plain_http:
         return (f"--host {options.host} would carry API keys and documents over the network in clear. Give "
                 "--tls-cert and --tls-key (cluster/make-tls.sh makes them), or --plain-http if TLS ends in front.")
     return None
@@ -89,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args_from_config(options.config)
     args.update({key: value for key, value in (("engine", options.engine), ("model_dir", options.model_dir))
                  if value is not None})
-    if not _is_loopback(options.host) and not (args.get("auth") or {}).get("api_keys_file"):
+    if not is_loopback(options.host) and not (args.get("auth") or {}).get("api_keys_file"):
         print(f"error: --host {options.host} would open the OCR API to the network without API keys. "
               "Set auth.api_keys_file in the --config file (python -m app.http.auth add FILE NAME makes a key), "
               "or listen on 127.0.0.1.", file=sys.stderr)

@@ -3,10 +3,11 @@
 Each file is submitted as a job (POST /v1/jobs) with an Idempotency-Key made from its bytes
 and page selection, so a client restarted mid-run picks its jobs up again instead of sending
 them twice, and a file whose output is already complete is skipped. One progress bar counts
-pages done over the pages of every submitted job. 503 and 429 are retried after their
-Retry-After; a service that is restarting is waited for. Each input gives `<stem>.md` and
-`<stem>.json` (written whole, then renamed); a table sums up, and the exit status is 1 if any
-file failed. The key comes from --api-key, --api-key-file or $OCR_API_KEY (the file or the
+pages done over the pages of every submitted job, from each job's event stream (polled where the
+service has none). 503 and 429 are retried after their Retry-After; a service that is restarting
+is waited for. Each input gives `<stem>.json` and a file per --format (`<stem>.md` by default;
+`.pdf`, a searchable PDF; `.hocr`; `.alto.xml`), each written whole, then renamed; a table sums
+up, and the exit status is 1 if any file failed. The key comes from --api-key, --api-key-file or $OCR_API_KEY (the file or the
 environment keep it out of `ps`).
 
 A file counts as done when `<stem>.json` names the same content (its sha256 and page
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import ipaddress
 import json
 import os
 import ssl
@@ -31,16 +31,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
-from urllib.parse import urlsplit
 
-import httpx
 from tqdm import tqdm
+
+from app.client_transport import Client, EventsUnavailable, check_transport, printable
+from app.client_transport import error_text as _error_text
+
+__all__ = ["Client", "Progress", "check_transport", "is_complete", "main", "printable", "process_file", "source_of"]
 
 SUFFIXES = {".pdf", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"}
 CONTENT_TYPES = {".pdf": "application/pdf", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                  ".tif": "image/tiff", ".tiff": "image/tiff", ".bmp": "image/bmp", ".gif": "image/gif",
                  ".webp": "image/webp"}
 FINISHED = ("succeeded", "partial", "failed", "canceled")
+SUFFIX_OF = {"markdown": ".md", "pdf": ".pdf", "hocr": ".hocr", "alto": ".alto.xml"}  # --format's outputs
 
 
 @dataclass
@@ -81,107 +85,24 @@ def source_of(path: Path, pages: Optional[str]) -> dict:
     return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "pages": pages or None}
 
 
-def is_complete(out: Path, stem: str, source: dict) -> bool:
-    """The JSON is written last, so its presence (whole, parseable, of the same source) means the file is done."""
+def is_complete(out: Path, stem: str, source: dict, formats: tuple = ("markdown",)) -> bool:
+    """The JSON is written last, so its presence (whole, parseable, of the same source) beside every asked
+    format means the file is done."""
     try:
         body = json.loads((out / f"{stem}.json").read_text())
     except (OSError, ValueError):
         return False
-    return ((out / f"{stem}.md").exists() and body.get("status") in ("succeeded", "partial")
-            and body.get("source") == source)
+    return (all((out / f"{stem}{SUFFIX_OF[form]}").exists() for form in formats)
+            and body.get("status") in ("succeeded", "partial") and body.get("source") == source)
 
 
-def printable(text: str) -> str:
-    """Server text for a terminal: no escape sequences or other control characters (tabs and newlines kept)."""
-    return "".join(ch for ch in str(text) if ch in "\t\n" or (ch >= " " and not 0x7f <= ord(ch) <= 0x9f))
-
-
-def check_transport(url: str, api_key: Optional[str], insecure: bool) -> None:
-    """Refuse to send a key in clear over the network: http:// is for loopback only, unless --insecure."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise SystemExit(f"error: --url {url}: http:// or https:// only")
-    if api_key and parts.scheme == "http" and not _is_loopback(parts.hostname or "") and not insecure:
-        raise SystemExit(f"error: --url {url} would send the API key in clear to another machine. Use https:// "
-                         "(with --ca-bundle for the fleet's own CA), or --insecure if the network is trusted.")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def write_atomically(path: Path, data: str) -> None:
+def write_atomically(path: Path, data: Union[str, bytes]) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(data)
+    if isinstance(data, bytes):
+        temporary.write_bytes(data)
+    else:
+        temporary.write_text(data)
     os.replace(temporary, path)
-
-
-class Client:
-    def __init__(self, url: str, api_key: Optional[str], timeout_s: float = 120.0, give_up_after_s: float = 600.0,
-                 poll_s: float = 1.0, verify: Union[ssl.SSLContext, bool] = True):
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify,
-                                  follow_redirects=False)
-        self._origin = urlsplit(url)[:2]
-        self._give_up_after_s = give_up_after_s
-        self.poll_s = poll_s
-
-    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
-        """One call; 503/429 wait their Retry-After, a service that is down or restarting is waited for.
-        `path` may come from the server (a job's status_url): only a path on this origin is followed."""
-        target = urlsplit(path)
-        if (target.scheme or target.netloc) and target[:2] != self._origin or not target.path.startswith("/"):
-            raise ValueError(f"the server pointed at {printable(path)[:200]!r}, off the --url's origin: not followed")
-        started, attempt = time.monotonic(), 0
-        while True:
-            failure: Optional[httpx.TransportError] = None
-            try:
-                response = self._http.request(method, path, **kwargs)
-                if response.status_code not in (429, 503):
-                    return response
-                delay = _retry_after(response)
-            except httpx.TransportError as exc:
-                if _certificate_refused(exc):
-                    raise  # waiting does not make a wrong certificate right
-                failure, delay = exc, min(2.0 ** attempt, 10.0)
-            if time.monotonic() - started + delay > self._give_up_after_s:
-                if failure is not None:  # the last attempt reached no service: say so, not a stale answer
-                    raise failure
-                return response
-            attempt += 1
-            time.sleep(delay)
-
-    def close(self) -> None:
-        self._http.close()
-
-
-def _certificate_refused(exc: BaseException) -> bool:
-    seen = 0
-    while exc is not None and seen < 8:
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-def _retry_after(response: httpx.Response) -> float:
-    try:
-        return min(max(float(response.headers.get("retry-after", "2")), 0.5), 60.0)
-    except ValueError:
-        return 2.0
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        error = response.json()["error"]
-        return printable(f"{response.status_code} {error['code']}: {error['message']}")
-    except (ValueError, KeyError, TypeError):
-        return printable(f"{response.status_code}: {response.text[:200]}")
 
 
 class Progress:
@@ -206,12 +127,15 @@ class Progress:
 
 
 def process_file(client: Client, path: Path, stem: str, out: Path, pages: Optional[str],
-                 progress: Progress) -> Outcome:
+                 progress: Progress, formats: tuple = ("markdown",), data: Optional[bytes] = None) -> Outcome:
     started = time.monotonic()
-    data = path.read_bytes()
+    data = path.read_bytes() if data is None else data
     source = {"sha256": hashlib.sha256(data).hexdigest(), "pages": pages or None}
-    key = "ocrc-" + hashlib.sha256(data + b"\0" + (pages or "").encode()).hexdigest()[:48]
+    keep = "pdf" in formats  # the searchable PDF needs the document kept past the job's end
+    key = "ocrc-" + hashlib.sha256(data + b"\0" + (pages or "").encode() + (b"\0pdf" if keep else b"")).hexdigest()[:48]
     params = {"pages": pages} if pages else {}
+    if keep:
+        params["keep_document"] = "true"
     files = {"file": (path.name, data, CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream"))}
     response = client.request("POST", "/v1/jobs", files=files, params=params, headers={"Idempotency-Key": key})
     if response.status_code not in (200, 202):
@@ -219,29 +143,59 @@ def process_file(client: Client, path: Path, stem: str, out: Path, pages: Option
     job = response.json()
     total = job["pages"]["total"]
     progress.add_total(total)
-    shown = 0
-    while True:
-        counted = job["pages"]["done"] + job["pages"]["failed"]
-        progress.advance(counted - shown)
-        shown = max(shown, counted)
-        if job["status"] in FINISHED:
-            break
-        time.sleep(client.poll_s)
-        response = client.request("GET", job["status_url"])
-        if response.status_code != 200:
-            return Outcome(path, stem, "error", total, detail=_error_text(response), seconds=time.monotonic() - started)
-        job = response.json()
-    result = client.request("GET", job["result_url"])
-    markdown = client.request("GET", job["result_url"], params={"format": "markdown"})
-    if result.status_code != 200 or markdown.status_code != 200:
-        return Outcome(path, stem, "error", total, detail=_error_text(result if result.status_code != 200 else markdown),
-                       seconds=time.monotonic() - started)
-    body = result.json()
+    try:
+        job = follow(client, job, progress)
+    except JobLost as lost:
+        return Outcome(path, stem, "error", total, detail=str(lost), seconds=time.monotonic() - started)
+    outputs = {}
+    for form in ("json", *formats):
+        answer = client.request("GET", job["result_url"], params={"format": form})
+        if answer.status_code != 200:
+            return Outcome(path, stem, "error", total, detail=_error_text(answer), seconds=time.monotonic() - started)
+        outputs[form] = answer.content
+    for form in formats:
+        write_atomically(out / f"{stem}{SUFFIX_OF[form]}", outputs[form])
+    body = json.loads(outputs["json"])
     body["source"] = source
-    write_atomically(out / f"{stem}.md", markdown.text)
     write_atomically(out / f"{stem}.json", json.dumps(body))  # last: its presence marks the file complete
     error = printable((job.get("error") or {}).get("message", ""))
     return Outcome(path, stem, job["status"], total, job["pages"]["failed"], time.monotonic() - started, error)
+
+
+class JobLost(Exception):
+    """The job's status could not be read to its end."""
+
+
+def follow(client: Client, job: dict, progress: Progress) -> dict:
+    """The job's status once it ends; the bar advances with its page events, or with polls where the service
+    has no event stream to give."""
+    shown = 0
+
+    def show(counts: dict) -> None:
+        nonlocal shown
+        reached = counts["done"] + counts["failed"]
+        progress.advance(reached - shown)
+        shown = max(shown, reached)
+
+    show(job["pages"])
+    if job["status"] not in FINISHED:
+        try:
+            for event, data in client.events(job["status_url"] + "/events"):
+                if event == "page":
+                    show(data)
+                elif event == "end" and data.get("status") in FINISHED:
+                    job = data
+        except EventsUnavailable:
+            pass  # polled below
+    while job["status"] not in FINISHED:
+        time.sleep(client.poll_s)
+        response = client.request("GET", job["status_url"])
+        if response.status_code != 200:
+            raise JobLost(_error_text(response))
+        job = response.json()
+        show(job["pages"])
+    show(job["pages"])
+    return job
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
@@ -262,11 +216,23 @@ def api_key_from(options) -> Optional[str]:
     return os.environ.get("OCR_API_KEY") or None
 
 
+def output_formats(asked: Optional[list]) -> tuple:
+    formats = tuple(dict.fromkeys(f.strip() for value in asked or ["markdown"] for f in value.split(",") if f.strip()))
+    unknown = [f for f in formats if f not in SUFFIX_OF]
+    if unknown or not formats:
+        raise SystemExit(f"error: --format {','.join(unknown)}: one of {', '.join(SUFFIX_OF)} (the JSON is always "
+                         "written)")
+    return formats
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="ocr-client", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR")
-    parser.add_argument("--out", required=True, help="directory for <stem>.md and <stem>.json")
+    parser.add_argument("--out", required=True, help="directory for <stem>.json and one file per --format")
+    parser.add_argument("--format", action="append", metavar="FORMAT",
+                        help="markdown (<stem>.md, the default), pdf (<stem>.pdf, searchable), hocr (<stem>.hocr), "
+                        "alto (<stem>.alto.xml); several: repeat it or separate by commas")
     parser.add_argument("--url", default=os.environ.get("OCR_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--api-key", help="sent as a Bearer token (prefer --api-key-file or $OCR_API_KEY)")
     parser.add_argument("--api-key-file", help="file holding the API key")
@@ -280,6 +246,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="allow sending the API key over plain http to a machine other than this one")
     parser.add_argument("--no-progress", action="store_true")
     options = parser.parse_args(argv)
+    formats = output_formats(options.format)
     api_key = api_key_from(options)
     check_transport(options.url, api_key, options.insecure)
     out = Path(options.out)
@@ -287,7 +254,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     paths = find_inputs(options.inputs)
     stems = output_stems(paths)
     outcomes = {path: Outcome(path, stems[path], "skipped") for path in paths
-                if is_complete(out, stems[path], source_of(path, options.pages))}
+                if is_complete(out, stems[path], source_of(path, options.pages), formats)}
     todo = [path for path in paths if path not in outcomes]
     print(f"{len(paths)} file(s): {len(outcomes)} already done, {len(todo)} to OCR", file=sys.stderr)
     verify = ssl.create_default_context(cafile=options.ca_bundle) if options.ca_bundle else True
@@ -295,7 +262,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     progress = Progress(disable=options.no_progress)
     try:
         with ThreadPoolExecutor(max_workers=max(1, options.concurrency)) as pool:
-            futures = {path: pool.submit(process_file, client, path, stems[path], out, options.pages, progress)
+            futures = {path: pool.submit(process_file, client, path, stems[path], out, options.pages, progress,
+                                         formats)
                        for path in todo}
             for path, future in futures.items():
                 try:

@@ -136,3 +136,64 @@ def test_a_changed_file_under_an_old_name_is_not_taken_for_done(tmp_path):
     assert not is_complete(tmp_path, "report", source_of(tmp_path / "report.pdf", "1-2"))  # another selection
     (tmp_path / "report.pdf").write_bytes(b"other contents, same name")
     assert not is_complete(tmp_path, "report", source_of(tmp_path / "report.pdf", None))
+
+
+def test_client_writes_every_asked_format_and_each_is_what_the_service_gives(service_url, tmp_path):
+    import io
+
+    from app.formats.validate import alto_schema
+    from app.testkit.poppler import pdftotext
+
+    (tmp_path / "deed.pdf").write_bytes(pdf_bytes([render_text_page([f"Deed {n}", f"Parcel {n}17"])
+                                                   for n in (1, 2)]))
+    out = tmp_path / "out"
+    code, screen = run_under_pty([str(tmp_path / "deed.pdf"), "--out", str(out), "--url", service_url,
+                                  "--format", "pdf,hocr", "--format", "alto"])
+    assert code == 0 and "2/2" in screen, screen
+    body = json.loads((out / "deed.json").read_text())
+    assert "Parcel 117" in pdftotext((out / "deed.pdf").read_bytes()) and "Parcel 217" in body["text"]
+    assert b"ocrx_word" in (out / "deed.hocr").read_bytes() and not (out / "deed.md").exists()
+    alto_schema().validate(io.BytesIO((out / "deed.alto.xml").read_bytes()))
+    code, again = run_under_pty([str(tmp_path / "deed.pdf"), "--out", str(out), "--url", service_url,
+                                 "--format", "pdf,hocr,alto", "--no-progress"])
+    assert code == 0 and "1 already done" in again, again
+    code, more = run_under_pty([str(tmp_path / "deed.pdf"), "--out", str(out), "--url", service_url,
+                                "--format", "markdown", "--no-progress"])
+    assert code == 0 and "0 already done" in more and (out / "deed.md").exists(), more
+
+
+def test_the_progress_follows_the_jobs_events_and_polls_only_without_them():
+    import httpx
+
+    from app.client import Client, follow
+
+    def stream(*events) -> bytes:
+        return b"".join(f"id: {i}\nevent: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                        for i, (name, data) in enumerate(events, 1))
+
+    finished = {"id": "j", "status": "succeeded", "pages": {"total": 2, "done": 2, "failed": 0},
+                "status_url": "/v1/jobs/j", "result_url": "/v1/jobs/j/result"}
+    asked = []
+
+    def service(with_events: bool):
+        def answer(request: httpx.Request) -> httpx.Response:
+            asked.append(request.url.path)
+            if request.url.path.endswith("/events"):
+                if not with_events:
+                    return httpx.Response(404, json={"error": {"code": "not_found", "message": "no"}})
+                return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream(
+                    ("page", {"page_number": 2, "status": "done", "done": 1, "failed": 0, "total": 2}),
+                    ("page", {"page_number": 1, "status": "done", "done": 2, "failed": 0, "total": 2}),
+                    ("end", finished)))
+            return httpx.Response(200, json=finished)
+        return answer
+
+    running = {**finished, "status": "running", "pages": {"total": 2, "done": 0, "failed": 0}}
+    for with_events, expected in ((True, ["/v1/jobs/j/events"]), (False, ["/v1/jobs/j/events", "/v1/jobs/j"])):
+        asked.clear()
+        client = Client("http://127.0.0.1:8000", None, poll_s=0.01)
+        client._http = httpx.Client(base_url="http://127.0.0.1:8000", transport=httpx.MockTransport(service(with_events)))
+        advanced = []
+        progress = type("Recorder", (), {"advance": lambda self, pages: advanced.append(pages)})()
+        assert follow(client, dict(running), progress)["status"] == "succeeded"
+        assert asked == expected and sum(advanced) == 2, (asked, advanced)
