@@ -30,3 +30,29 @@ def pdftotext_words(pdf: bytes) -> list:
                  for w in page.iter("{http://www.w3.org/1999/xhtml}word")]
         pages.append((float(page.get("width")), float(page.get("height")), words))
     return pages
+
+
+def word_offsets(page: dict, pdf: bytes) -> list:
+    """For each JSON word of `page` (a one-page PDF's page result): (text, the largest offset of any edge of
+    the nearest same-text word pdftotext found, as a share of the page's width or height), None where
+    pdftotext has no word with that text."""
+    import pypdfium2 as pdfium
+
+    ((width_pt, height_pt, words),) = pdftotext_words(pdf)
+    if pdfium.PdfDocument(pdf)[0].get_rotation() in (90, 270):
+        # pdftotext -bbox gives the page's size before its /Rotate, the words where they are displayed
+        width_pt, height_pt = height_pt, width_pt
+    sx, sy = width_pt / page["width"], height_pt / page["height"]
+    offsets = []
+    for block in page["blocks"]:
+        for word in block["words"]:
+            x0, y0, x1, y1 = word["bbox"]
+            expected = (x0 * sx, y0 * sy, x1 * sx, y1 * sy)
+            found = [box for text, box in words if text == word["text"]]
+            if not found:
+                offsets.append((word["text"], None))
+                continue
+            nearest = min(found, key=lambda box: sum(abs(a - b) for a, b in zip(box, expected)))
+            offsets.append((word["text"], max(abs(a - b) / size for a, b, size in
+                                              zip(nearest, expected, (width_pt, height_pt) * 2))))
+    return offsets
