@@ -89,3 +89,19 @@ def test_a_broken_alto_fails_the_schema():
     alto = render_alto([page_result([("word", (1, 1, 20, 20))])], "ppocr").replace(b'CONTENT="word"', b"")
     with pytest.raises(Exception, match="CONTENT"):
         alto_schema().validate(io.BytesIO(alto))
+
+
+def test_boxes_past_the_page_edge_are_clipped_so_the_text_layer_stays_on_the_page():
+    """A line image 39 pixels high whose detected quad reaches y=49 (uw3_test_010001 of the devset)."""
+    from app.engines.word_boxes import words_by_share
+    from app.pipeline.postprocess import build_page_result
+    from app.schemas import EngineResult, PageOCR, PagePayload, TextLine
+
+    quad = [[2, -5], [300, -5], [300, 49], [2, 49]]
+    line = TextLine(quad=quad, text="The problem", confidence=0.9, words=words_by_share(quad, "The problem", 0.9))
+    payload = PagePayload("r", 0, 1, None, 400, 39, 400, 39, 1.0)
+    page = build_page_result(PageOCR(payload, EngineResult(lines=[line]), 1, 1))
+    boxes = [page["blocks"][0]["bbox"]] + [w["bbox"] for w in page["blocks"][0]["words"]]
+    assert all(0 <= y <= 39 for box in boxes for y in (box[1], box[3])), boxes
+    pdf = searchable_pdf(blank_png(400, 39), "image/png", [page], DecodeLimits())
+    assert pdftotext(pdf).split() == ["The", "problem"]

@@ -60,10 +60,12 @@ def build_page_result(ocr: PageOCR) -> dict:
 
 
 def uploaded_bbox(box: Box, page: PagePayload) -> list[float]:
-    """A box on the upright page, as [x0, y0, x1, y1] on the page as uploaded."""
+    """A box on the upright page, as [x0, y0, x1, y1] on the page as uploaded, within the page: a detector's
+    quad may reach past the edge of a tight crop (a text line 39 pixels high boxed to 49)."""
     corners = [unturn_point(x, y, page.rotation, page.source_width, page.source_height)
                for x, y in ((box.x0, box.y0), (box.x1, box.y1))]
-    xs, ys = [x for x, _ in corners], [y for _, y in corners]
+    xs = [min(max(x, 0.0), page.source_width) for x, _ in corners]
+    ys = [min(max(y, 0.0), page.source_height) for _, y in corners]
     return [round(min(xs), 1), round(min(ys), 1), round(max(xs), 1), round(max(ys), 1)]
 
 

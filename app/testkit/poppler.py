@@ -8,12 +8,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 
-def pdftotext(pdf: bytes) -> str:
+def pdftotext(pdf: bytes, raw: bool = False) -> str:
+    """The text poppler reads: in its own reading order (found from the layout), or with `raw` in the order
+    the page draws it (the text layer's order, which is the service's reading order)."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "doc.pdf"
         path.write_bytes(pdf)
-        return subprocess.run(["pdftotext", "-enc", "UTF-8", str(path), "-"], capture_output=True, check=True,
-                              text=True).stdout
+        return subprocess.run(["pdftotext", "-enc", "UTF-8", *(["-raw"] if raw else []), str(path), "-"],
+                              capture_output=True, check=True, text=True).stdout
 
 
 def pdftotext_words(pdf: bytes) -> list:
