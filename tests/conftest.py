@@ -89,6 +89,40 @@ def service_url(ray_session) -> str:
     return f"http://127.0.0.1:{port}"
 
 
+KEYED_PREFIX = "/tenants"
+KEYED_STORE_BYTES = 64 * 1024 * 1024
+KEYED_FREE_FLOOR = 16 * 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def keyed_app(ray_session, service_url, tmp_path_factory):
+    """A second application with API keys, its jobs in SQLite on a real 64 MB tmpfs: (base URL, {client name:
+    key}, the store's directory). One deploy for the key tests (tests/test_auth.py, key "tests") and the
+    tenants' (tests/test_jobs_tenants.py: quotas of 6 queued jobs, a "filler" without, a "thrifty" decoder)."""
+    from ray import serve
+
+    from app.http.auth import add_key
+    from app.serve.builder import build_app
+    from app.serve.deploy import deploy
+    from app.testkit.tmpfs import small_tmpfs
+
+    keys_file = tmp_path_factory.mktemp("tenant-keys") / "api_keys"
+    keys = {name: add_key(keys_file, name) for name in ("tests", "tenant-a", "tenant-b", "filler", "thrifty")}
+    with small_tmpfs(KEYED_STORE_BYTES) as directory:
+        args = {"engine": "ppocr", "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0,
+                "limits": TEST_LIMITS, "auth": {"api_keys_file": str(keys_file)},
+                "jobs": {"store": f"sqlite:///{directory}/jobs.sqlite3", "max_pages": 300, "lease_s": 3,
+                         "turn_pages": 8, "max_inflight_pages": 4, "min_free_bytes": KEYED_FREE_FLOOR,
+                         "quotas": {"max_queued_jobs": 6},
+                         "client_quotas": {"filler": {"max_queued_jobs": 1000, "max_queued_pages": 10**6},
+                                           "thrifty": {"max_decode_s": 0.2}}}}
+        deploy(build_app(args), name="tenants", route_prefix=KEYED_PREFIX, timeout_s=240)
+        try:
+            yield service_url + KEYED_PREFIX, keys, directory
+        finally:
+            serve.delete("tenants")
+
+
 @pytest.fixture(scope="session")
 def client(service_url):
     with httpx.Client(base_url=service_url, timeout=120) as http:

@@ -1,7 +1,7 @@
 """API keys on /v1/* (app/http/auth.py): 401 JSON without a right key, 200 with one, probes stay open.
 
-The HTTP tests deploy a second application of the real graph, under a route prefix,
-into the session's Ray, with a keys file written here.
+The HTTP tests use the session's keyed application (tests/conftest.py, `keyed_app`): a second
+application of the real graph, under a route prefix, in the session's Ray, with a keys file of its own.
 """
 
 from __future__ import annotations
@@ -9,9 +9,6 @@ from __future__ import annotations
 import pytest
 
 from app.http.auth import KeyFileError, KeyRing, Unauthorized, add_key, digest, parse_key_file
-from tests.conftest import TEST_LIMITS
-
-PREFIX = "/secured"
 
 
 def test_key_file_lines_are_checked():
@@ -65,20 +62,10 @@ def test_missing_keys_file_fails_at_start(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def secured(ray_session, service_url, tmp_path_factory):
-    """A second application with `auth.api_keys_file` set; yields (base URL, a valid key)."""
-    from ray import serve
-
-    from app.serve.builder import build_app
-    from app.serve.deploy import deploy
-
-    keys = tmp_path_factory.mktemp("auth") / "api_keys"
-    key = add_key(keys, "tests")
-    args = {"engine": "ppocr", "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0,
-            "limits": TEST_LIMITS, "auth": {"api_keys_file": str(keys)}}
-    deploy(build_app(args), name="secured", route_prefix=PREFIX, timeout_s=240)
-    yield service_url + PREFIX, key
-    serve.delete("secured")
+def secured(keyed_app):
+    """The session's application with `auth.api_keys_file` set (conftest's keyed_app): (base URL, a valid key)."""
+    url, keys, _ = keyed_app
+    return url, keys["tests"]
 
 
 def test_v1_routes_need_a_right_key(secured, client, invoice_png):
@@ -101,7 +88,7 @@ def test_probes_stay_open_and_the_unsecured_app_is_unchanged(secured, client, in
     assert client.get(f"{url}/healthz").status_code == 200
     ready = client.get(f"{url}/readyz")
     assert ready.status_code == 200, ready.text  # no key needed, and this app's own four stages count
-    assert set(ready.json()["replicas"]) == {"Ingress", "Preprocessor", "OCRModel", "Postprocessor"}
+    assert set(ready.json()["replicas"]) == {"Ingress", "Preprocessor", "OCRModel", "Postprocessor", "JobRunner"}
     open_app = client.post("/v1/ocr", files={"file": ("i.png", invoice_png, "image/png")})
     assert open_app.status_code == 200
 

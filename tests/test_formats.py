@@ -50,7 +50,15 @@ CASES = {
     "image turned by EXIF": lambda: (jpeg_with_exif_turn(page_image()), "image/jpeg", 0),
     "page the orientation step turned": lambda: (sideways_png(page_image()), "image/png", 270),
     "PDF page": lambda: (pdf_bytes([page_image()], 120), "application/pdf", 0),
+    # 4,200 pixels wide: past twice the engine's 2,000, so the JPEG is decoded at half size (DCT scaling)
+    "JPEG decoded at reduced size": lambda: (jpeg(render_text_page(LINES, width=4200, font_size=150)), "image/jpeg", 0),
 }
+
+
+def jpeg(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=95)
+    return out.getvalue()
 
 
 def json_words(page: dict) -> list:

@@ -105,3 +105,18 @@ def test_boxes_past_the_page_edge_are_clipped_so_the_text_layer_stays_on_the_pag
     assert all(0 <= y <= 39 for box in boxes for y in (box[1], box[3])), boxes
     pdf = searchable_pdf(blank_png(400, 39), "image/png", [page], DecodeLimits())
     assert pdftotext(pdf).split() == ["The", "problem"]
+
+
+def test_a_pdf_its_owner_locked_stays_locked_and_searchable():
+    from pypdf import PdfReader, PdfWriter
+
+    source = pdf_bytes([render_text_page(["Owner locked"])])
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(source)))
+    writer.encrypt(user_password="", owner_password="owner", algorithm="AES-256", permissions_flag=0)
+    locked = io.BytesIO()
+    writer.write(locked)
+    words = [("Owner", (40, 40, 200, 100)), ("locked", (230, 40, 400, 100))]
+    pdf = searchable_pdf(locked.getvalue(), "application/pdf", [page_result(words)], DecodeLimits())
+    assert pdftotext(pdf).split() == ["Owner", "locked"]
+    with pikepdf.open(io.BytesIO(pdf)) as opened:
+        assert opened.is_encrypted and not opened.allow.modify_other

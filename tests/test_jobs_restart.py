@@ -1,5 +1,6 @@
 """A job outlives the whole service: `python -m app` stopped with Ctrl-C mid-job and started again
-on the same data directory goes on from the pages not done and ends with every page once."""
+on the same data directory goes on from the pages not done and ends with every page once. The second
+Ctrl-C, on the service as `make run` leaves it, must stop it within 10 s and leave no Ray process."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import yaml
 
 from tests.conftest import free_port
 from app.testkit.documents import numbered_pdf
+from app.testkit.processes import ray_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = 30
+STOP_WITHIN_S = 10
 pytestmark = pytest.mark.own_cluster  # each start is a Ray instance of its own, as `make run` is
 
 # Short leases, so that the lease the stopped runner held lapses in seconds after the restart.
@@ -43,7 +46,8 @@ def ctrl_c(service: subprocess.Popen) -> None:
     service.wait(timeout=60)
 
 
-def test_a_job_resumes_after_ctrl_c_and_restart(tmp_path):
+def test_a_job_resumes_after_ctrl_c_and_restart_and_ctrl_c_leaves_no_ray_process(tmp_path):
+    before = ray_processes()
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({"applications": [{"args": ARGS}]}))
     data_dir, port = tmp_path / "data", free_port()
@@ -80,7 +84,20 @@ def test_a_job_resumes_after_ctrl_c_and_restart(tmp_path):
         assert [page["page_number"] for page in result["pages"]] == list(range(1, PAGES + 1))  # each page once
         for number, page in enumerate(result["pages"], start=1):
             assert f"Serial {number * 37 + 1000}" in page["text"], (number, page["text"])
+        started = time.monotonic()
         ctrl_c(service)
+        stopped_s = time.monotonic() - started
+        print(f"python -m app stopped {stopped_s:.1f}s after Ctrl-C")
+        assert stopped_s < STOP_WITHIN_S
+        deadline = time.monotonic() + 5
+        while (left := set(ray_processes()) - set(before)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, {pid: ray_processes().get(pid) for pid in left}
     finally:
         if service.poll() is None:
             os.killpg(service.pid, signal.SIGKILL)
+        for pid in set(ray_processes()) - set(before):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

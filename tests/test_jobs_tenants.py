@@ -1,7 +1,7 @@
 """/v1/jobs shared by tenants who do not play fair, over real HTTP against a real Serve application.
 
-A second application of the real graph is deployed into the session's Ray under /tenants, with
-API keys for three clients and its SQLite job store on a real tmpfs (mounted here; CI runs as
+The session's keyed application (tests/conftest.py, `keyed_app`: the real graph under /tenants, with
+API keys for several clients and its SQLite job store on a real tmpfs, mounted there; CI runs as
 root), so that "the disk is full" is the kernel's ENOSPC and not a simulation.
 """
 
@@ -13,41 +13,16 @@ import time
 import httpx
 import pytest
 
-from app.http.auth import add_key
 from app.testkit.documents import numbered_pdf
 from app.testkit.jobs import wait_finished
-from app.testkit.tmpfs import small_tmpfs
-from tests.conftest import TEST_LIMITS
 
-PREFIX = "/tenants"
 APP = "tenants"
-STORE_BYTES = 64 * 1024 * 1024
-FREE_FLOOR = 16 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def tenants(ray_session, service_url, tmp_path_factory):
-    """(base URL, {client name: key}, the store's directory)."""
-    from ray import serve
-
-    from app.serve.builder import build_app
-    from app.serve.deploy import deploy
-
-    keys_file = tmp_path_factory.mktemp("tenant-keys") / "api_keys"
-    keys = {name: add_key(keys_file, name) for name in ("tenant-a", "tenant-b", "filler", "thrifty")}
-    with small_tmpfs(STORE_BYTES) as directory:
-        args = {"engine": "ppocr", "engine_threads": 1, "ocr_replicas": 1, "ocr_num_cpus": 0.5, "ocr_num_gpus": 0,
-                "limits": TEST_LIMITS, "auth": {"api_keys_file": str(keys_file)},
-                "jobs": {"store": f"sqlite:///{directory}/jobs.sqlite3", "max_pages": 300, "lease_s": 3,
-                         "turn_pages": 8, "max_inflight_pages": 4, "min_free_bytes": FREE_FLOOR,
-                         "quotas": {"max_queued_jobs": 6},
-                         "client_quotas": {"filler": {"max_queued_jobs": 1000, "max_queued_pages": 10**6},
-                                           "thrifty": {"max_decode_s": 0.2}}}}
-        deploy(build_app(args), name=APP, route_prefix=PREFIX, timeout_s=240)
-        try:
-            yield service_url + PREFIX, keys, directory
-        finally:
-            serve.delete(APP)
+def tenants(keyed_app):
+    """(base URL, {client name: key}, the store's directory): the session's keyed application (conftest)."""
+    return keyed_app
 
 
 def as_client(key: str) -> dict:

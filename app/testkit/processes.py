@@ -25,3 +25,20 @@ def kill_leftovers(temp_dir: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+
+
+def ray_processes() -> dict[int, str]:
+    """Processes of any Ray instance, and our decoder workers, by pid: what must not outlive a runner."""
+    from pathlib import Path
+
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "/ray/" in cmdline or cmdline.startswith("ray::") or "app.sandbox.worker" in cmdline:
+            found[int(entry.name)] = cmdline[:160]
+    return found
