@@ -34,10 +34,10 @@ from typing import Optional, Union
 
 from tqdm import tqdm
 
-from app.client_transport import Client, EventsUnavailable, check_transport, printable
+from app.client_transport import Client, EventsUnavailable, check_transport, terminal_safe
 from app.client_transport import error_text as _error_text
 
-__all__ = ["Client", "Progress", "check_transport", "is_complete", "main", "printable", "process_file", "source_of"]
+__all__ = ["Client", "Progress", "check_transport", "is_complete", "main", "process_file", "source_of"]
 
 SUFFIXES = {".pdf", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"}
 CONTENT_TYPES = {".pdf": "application/pdf", ".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
@@ -127,12 +127,14 @@ class Progress:
 
 
 def process_file(client: Client, path: Path, stem: str, out: Path, pages: Optional[str],
-                 progress: Progress, formats: tuple = ("markdown",), data: Optional[bytes] = None) -> Outcome:
+                 progress: Progress, formats: tuple = ("markdown",), source: Optional[dict] = None) -> Outcome:
+    """`source`: source_of(path, pages) where the caller has it already (the file is not hashed twice)."""
     started = time.monotonic()
-    data = path.read_bytes() if data is None else data
-    source = {"sha256": hashlib.sha256(data).hexdigest(), "pages": pages or None}
+    data = path.read_bytes()
+    source = source or {"sha256": hashlib.sha256(data).hexdigest(), "pages": pages or None}
     keep = "pdf" in formats  # the searchable PDF needs the document kept past the job's end
-    key = "ocrc-" + hashlib.sha256(data + b"\0" + (pages or "").encode() + (b"\0pdf" if keep else b"")).hexdigest()[:48]
+    key_material = f"{source['sha256']}\0{pages or ''}" + ("\0pdf" if keep else "")  # the same job on a rerun
+    key = "ocrc-" + hashlib.sha256(key_material.encode()).hexdigest()[:48]
     params = {"pages": pages} if pages else {}
     if keep:
         params["keep_document"] = "true"
@@ -158,7 +160,7 @@ def process_file(client: Client, path: Path, stem: str, out: Path, pages: Option
     body = json.loads(outputs["json"])
     body["source"] = source
     write_atomically(out / f"{stem}.json", json.dumps(body))  # last: its presence marks the file complete
-    error = printable((job.get("error") or {}).get("message", ""))
+    error = terminal_safe((job.get("error") or {}).get("message", ""))
     return Outcome(path, stem, job["status"], total, job["pages"]["failed"], time.monotonic() - started, error)
 
 
@@ -253,8 +255,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     paths = find_inputs(options.inputs)
     stems = output_stems(paths)
+    sources = {path: source_of(path, options.pages) for path in paths}
     outcomes = {path: Outcome(path, stems[path], "skipped") for path in paths
-                if is_complete(out, stems[path], source_of(path, options.pages), formats)}
+                if is_complete(out, stems[path], sources[path], formats)}
     todo = [path for path in paths if path not in outcomes]
     print(f"{len(paths)} file(s): {len(outcomes)} already done, {len(todo)} to OCR", file=sys.stderr)
     verify = ssl.create_default_context(cafile=options.ca_bundle) if options.ca_bundle else True
@@ -263,14 +266,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         with ThreadPoolExecutor(max_workers=max(1, options.concurrency)) as pool:
             futures = {path: pool.submit(process_file, client, path, stems[path], out, options.pages, progress,
-                                         formats)
+                                         formats, sources[path])
                        for path in todo}
             for path, future in futures.items():
                 try:
                     outcomes[path] = future.result()
                 except Exception as exc:  # one file's failure never stops the others
                     outcomes[path] = Outcome(path, stems[path], "error",
-                                             detail=printable(f"{type(exc).__name__}: {exc}"))
+                                             detail=terminal_safe(f"{type(exc).__name__}: {exc}"))
     finally:
         progress.close()
         client.close()

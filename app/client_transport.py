@@ -15,7 +15,7 @@ import httpx
 from app.loopback import is_loopback
 
 
-def printable(text: str) -> str:
+def terminal_safe(text: str) -> str:
     """Server text for a terminal: no escape sequences or other control characters (tabs and newlines kept)."""
     return "".join(ch for ch in str(text) if ch in "\t\n" or (ch >= " " and not 0x7f <= ord(ch) <= 0x9f))
 
@@ -48,7 +48,8 @@ class Client:
         """`path` may come from the server (a job's status_url): only a path on this origin is followed."""
         target = urlsplit(path)
         if (target.scheme or target.netloc) and target[:2] != self._origin or not target.path.startswith("/"):
-            raise ValueError(f"the server pointed at {printable(path)[:200]!r}, off the --url's origin: not followed")
+            raise ValueError(f"the server pointed at {terminal_safe(path)[:200]!r}, off the --url's origin: "
+                             "not followed")
         return path
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
@@ -120,6 +121,6 @@ def retry_after(response: httpx.Response) -> float:
 def error_text(response: httpx.Response) -> str:
     try:
         error = response.json()["error"]
-        return printable(f"{response.status_code} {error['code']}: {error['message']}")
+        return terminal_safe(f"{response.status_code} {error['code']}: {error['message']}")
     except (ValueError, KeyError, TypeError):
-        return printable(f"{response.status_code}: {response.text[:200]}")
+        return terminal_safe(f"{response.status_code}: {response.text[:200]}")

@@ -39,7 +39,9 @@ def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) 
                 _add_layer(pdf, page, layout, font)
         _describe(pdf, layouts)
         out = BytesIO()
-        pdf.save(out, compress_streams=True, object_stream_mode=pikepdf.ObjectStreamMode.generate)
+        # A PDF locked by its owner (no user password, restricted permissions) stays locked the same way
+        pdf.save(out, compress_streams=True, object_stream_mode=pikepdf.ObjectStreamMode.generate,
+                 encryption=bool(pdf.is_encrypted))
         return out.getvalue()
     except pikepdf.PdfError as exc:
         raise UnprocessableDocument(f"The searchable PDF could not be written ({type(exc).__name__}).",

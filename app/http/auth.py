@@ -136,14 +136,14 @@ class APIKeyMiddleware:
         except Unauthorized as error:
             from app.http.error_boundary import error_response, request_id_for
 
-            logger.info("refused %s %s: 401 unauthorized", printable(scope.get("method")), printable(scope["path"]))
+            logger.info("refused %s %s: 401 unauthorized", log_safe(scope.get("method")), log_safe(scope["path"]))
             response = error_response(error, request_id_for(scope), headers={"WWW-Authenticate": 'Bearer realm="ocr"'})
             return await response(scope, receive, send)
         scope.setdefault("state", {})["api_client"] = name
         return await self._app(scope, receive, send)
 
 
-def printable(text, limit: int = 200) -> str:
+def log_safe(text, limit: int = 200) -> str:
     """A client's text for a log line: control and non-ASCII characters escaped (a decoded %0A cannot
     start a forged line), and cut at `limit`."""
     escaped = str(text).encode("ascii", "backslashreplace").decode("ascii")

@@ -29,8 +29,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass
 from itertools import groupby
 from typing import AsyncIterator, Optional
 
@@ -44,19 +42,12 @@ from app.errors import InsufficientStorage, to_error
 from app.jobs.callbacks import CallbackSender
 from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import DocumentLost, open_store
+from app.jobs.turns import DecodeBudget, DocumentCache, PageFailure
 from app.pipeline.page_pipeline import EngineIdentity, read_page
 from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
 
 logger = logging.getLogger("ray.serve")
-
-
-@dataclass
-class PageFailure:
-    """A page that could not be rendered or read, with the error the client will see for it."""
-
-    page_number: int
-    error: dict
 
 
 def page_spec(numbers: list[int]) -> str:
@@ -81,8 +72,8 @@ class JobRunner:
         self._loop_task: Optional[asyncio.Task] = None
         self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0, "turns": 0,
                       "store_full_pauses": 0, "documents_read": 0}
-        self._documents: OrderedDict[str, ray.ObjectRef] = OrderedDict()  # of jobs between turns, newest last
-        self._decode_ms: dict[str, float] = {}  # decoder time each job of this runner has used
+        self._documents = DocumentCache(self._store, jobs.jobs_per_runner, self.stats)
+        self._budget = DecodeBudget(jobs)
         self._paused_until = 0.0
         self._pause_s = 0.0
         self._callbacks = CallbackSender(jobs.callbacks, self._store) if jobs.callbacks.allowed_hosts else None
@@ -206,12 +197,12 @@ class JobRunner:
     # -- one job ---------------------------------------------------------------------------
 
     async def _process(self, job: Job) -> None:
-        document = await self._document(job.id)
+        document = await self._documents.get(job.id)
         if document is None:
             return  # deleted meanwhile
         recorded = await asyncio.to_thread(self._store.recorded_pages, job.id)
         unrecorded = [number for number in job.pages if number not in recorded]
-        if self._decode_ms.get(job.id, 0.0) > self._budget_ms(job):
+        if self._budget.exhausted(job):
             await self._fail_unrendered(job, unrecorded)
             return await self._judge(job)
         todo = unrecorded[:self._jobs.turn_pages]
@@ -220,7 +211,7 @@ class JobRunner:
         tasks: list[asyncio.Task] = []
         try:
             async for item in self._rendered(job, document, todo):
-                item = self._within_budget(job, item)
+                item = self._budget.charge(job, item)
                 await slots.acquire()
                 tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
             if tasks:
@@ -231,44 +222,13 @@ class JobRunner:
         if len(unrecorded) > len(todo):
             self.stats["turns"] += 1
             return  # the end of this turn: the lease goes back, and the next claim takes turns
-        self._documents.pop(job.id, None)
-        self._decode_ms.pop(job.id, None)
+        self._documents.drop(job.id)
+        self._budget.drop(job.id)
         await self._judge(job)
-
-    async def _document(self, job_id: str) -> Optional[ray.ObjectRef]:
-        """The job's document in Ray's object store: from the cache of jobs between turns, else read once."""
-        if job_id in self._documents:
-            self._documents.move_to_end(job_id)
-            return self._documents[job_id]
-        document = await asyncio.to_thread(self._store.document, job_id)
-        if document is None:
-            return None
-        self.stats["documents_read"] += 1
-        self._documents[job_id] = ray.put(document)
-        while len(self._documents) > self._jobs.jobs_per_runner:
-            self._documents.popitem(last=False)
-        return self._documents[job_id]
-
-    def _budget_ms(self, job: Job) -> float:
-        return self._jobs.quotas_for(job.client).max_decode_s * 1000
-
-    def _within_budget(self, job: Job, item):
-        """The page as rendered, or its failure once the job has used its decode budget."""
-        if isinstance(item, PageFailure):
-            return item
-        spent = self._decode_ms.get(job.id, 0.0) + float(item.timings_ms.get("decode") or 0.0)
-        self._decode_ms[job.id] = spent
-        return item if spent <= self._budget_ms(job) else self._over_budget(job, item.page_number)
-
-    def _over_budget(self, job: Job, number: int) -> PageFailure:
-        limit = self._jobs.quotas_for(job.client).max_decode_s
-        return PageFailure(number, {"code": "decode_budget_exceeded", "retryable": False,
-                                    "message": f"The job used more than its quotas.max_decode_s={limit:g} s of "
-                                               "decoding; this page was not read."})
 
     async def _fail_unrendered(self, job: Job, numbers: list[int]) -> None:
         for number in numbers:
-            await self._record(job.id, number, None, self._over_budget(job, number).error)
+            await self._record(job.id, number, None, self._budget.over(job, number).error)
 
     async def _fail_lost_document(self, job: Job) -> None:
         """The store lost the document (an evicting Redis): the job fails once, instead of being claimed forever."""

@@ -1,0 +1,82 @@
+"""What a runner keeps of a job between its turns: the document in Ray's object store, read from the job
+store once, and the decoder time the job has used against its client's quotas.max_decode_s.
+
+Both live in the runner's memory: a job taken over by another runner reads its document once more there,
+and its decode budget starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+import ray
+
+from app.jobs.model import Job
+from app.jobs.settings import Jobs
+
+
+@dataclass
+class PageFailure:
+    """A page that could not be rendered or read, with the error the client will see for it."""
+
+    page_number: int
+    error: dict
+
+
+class DocumentCache:
+    """The documents of the jobs this runner works on or has between turns (at most jobs_per_runner), newest last."""
+
+    def __init__(self, store, size: int, stats: dict):
+        self._store, self._size, self._stats = store, size, stats
+        self._documents: OrderedDict[str, ray.ObjectRef] = OrderedDict()
+
+    async def get(self, job_id: str) -> Optional[ray.ObjectRef]:
+        """The job's document in Ray's object store: from the cache, else read from the store once."""
+        if job_id in self._documents:
+            self._documents.move_to_end(job_id)
+            return self._documents[job_id]
+        document = await asyncio.to_thread(self._store.document, job_id)
+        if document is None:
+            return None
+        self._stats["documents_read"] += 1
+        self._documents[job_id] = ray.put(document)
+        while len(self._documents) > self._size:
+            self._documents.popitem(last=False)
+        return self._documents[job_id]
+
+    def drop(self, job_id: str) -> None:
+        self._documents.pop(job_id, None)
+
+
+class DecodeBudget:
+    """Decoder milliseconds each job has used here, against its client's quotas.max_decode_s."""
+
+    def __init__(self, jobs: Jobs):
+        self._jobs = jobs
+        self._spent_ms: dict[str, float] = {}
+
+    def _limit_ms(self, job: Job) -> float:
+        return self._jobs.quotas_for(job.client).max_decode_s * 1000
+
+    def exhausted(self, job: Job) -> bool:
+        return self._spent_ms.get(job.id, 0.0) > self._limit_ms(job)
+
+    def charge(self, job: Job, item):
+        """The page as rendered, or its failure once the job has used its budget."""
+        if isinstance(item, PageFailure):
+            return item
+        spent = self._spent_ms.get(job.id, 0.0) + float(item.timings_ms.get("decode") or 0.0)
+        self._spent_ms[job.id] = spent
+        return item if spent <= self._limit_ms(job) else self.over(job, item.page_number)
+
+    def over(self, job: Job, number: int) -> PageFailure:
+        limit = self._jobs.quotas_for(job.client).max_decode_s
+        return PageFailure(number, {"code": "decode_budget_exceeded", "retryable": False,
+                                    "message": f"The job used more than its quotas.max_decode_s={limit:g} s of "
+                                               "decoding; this page was not read."})
+
+    def drop(self, job_id: str) -> None:
+        self._spent_ms.pop(job_id, None)
