@@ -92,6 +92,8 @@ def _reencoded(data: bytes, declared_type, layouts: list, limits) -> pikepdf.Pdf
 
 
 def _same_shape(page: pikepdf.Page, layout: PageLayout) -> bool:
+    if layout.failed:  # a failed page's size is not known: nothing of it to place
+        return True
     width, height = _displayed_size(page)
     return abs(width / height - layout.width / max(layout.height, 1)) <= ASPECT_TOLERANCE * width / height
 
