@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import yaml
 
 from tests.conftest import free_port
 from app.testkit.documents import numbered_pdf
+from app.testkit.local_runner import LocalRunner, ctrl_c, kill, start_local_runner
 from app.testkit.processes import ray_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,22 +27,11 @@ pytestmark = pytest.mark.own_cluster  # each start is a Ray instance of its own,
 ARGS = {"engine_threads": 1, "ocr_replicas": 2, "jobs": {"lease_s": 3, "max_inflight_pages": 2}}
 
 
-def start_service(config: Path, data_dir: Path, port: int) -> subprocess.Popen:
+def start_service(config: Path, data_dir: Path, port: int) -> LocalRunner:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    command = [sys.executable, "-m", "app", "--port", str(port), "--num-cpus", "2", "--config", str(config),
-               "--data-dir", str(data_dir), "--metrics-port", str(free_port()), "--dashboard-port", str(free_port())]
-    service = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    for line in service.stdout:  # one line when it is ready
-        if "OCR service ready" in line:
-            return service
-    service.wait(timeout=30)
-    pytest.fail(f"python -m app exited ({service.returncode}) before it was ready")
-
-
-def ctrl_c(service: subprocess.Popen) -> None:
-    os.killpg(service.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-    service.wait(timeout=60)
+    return start_local_runner(["--port", str(port), "--num-cpus", "2", "--config", str(config), "--data-dir",
+                               str(data_dir), "--metrics-port", str(free_port()), "--dashboard-port",
+                               str(free_port())], env)
 
 
 def test_a_job_resumes_after_ctrl_c_and_restart_and_ctrl_c_leaves_no_ray_process(tmp_path):
@@ -64,8 +52,7 @@ def test_a_job_resumes_after_ctrl_c_and_restart_and_ctrl_c_leaves_no_ray_process
                 time.sleep(0.2)
         ctrl_c(service)
     finally:
-        if service.poll() is None:
-            os.killpg(service.pid, signal.SIGKILL)
+        kill(service)
     done_before = status["pages"]["done"]
     assert status["status"] == "running" and done_before < PAGES, status  # stopped mid-job
 
@@ -84,9 +71,7 @@ def test_a_job_resumes_after_ctrl_c_and_restart_and_ctrl_c_leaves_no_ray_process
         assert [page["page_number"] for page in result["pages"]] == list(range(1, PAGES + 1))  # each page once
         for number, page in enumerate(result["pages"], start=1):
             assert f"Serial {number * 37 + 1000}" in page["text"], (number, page["text"])
-        started = time.monotonic()
-        ctrl_c(service)
-        stopped_s = time.monotonic() - started
+        stopped_s = ctrl_c(service)
         print(f"python -m app stopped {stopped_s:.1f}s after Ctrl-C")
         assert stopped_s < STOP_WITHIN_S
         deadline = time.monotonic() + 5
@@ -94,8 +79,7 @@ def test_a_job_resumes_after_ctrl_c_and_restart_and_ctrl_c_leaves_no_ray_process
             time.sleep(0.2)
         assert not left, {pid: ray_processes().get(pid) for pid in left}
     finally:
-        if service.poll() is None:
-            os.killpg(service.pid, signal.SIGKILL)
+        kill(service)
         for pid in set(ray_processes()) - set(before):
             try:
                 os.kill(pid, signal.SIGKILL)

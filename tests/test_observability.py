@@ -10,11 +10,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import yaml
 
 from app.ops import metrics
 from app.synthetic import pdf_bytes, render_text_page
+from app.testkit.local_runner import local_runner
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,27 +60,15 @@ def service():
     ports = {name: free_port() for name in ("http", "metrics", "dashboard")}
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(work / "home")}
     env.pop("RAY_AUTH_MODE", None)
-    command = [sys.executable, "-m", "app", "--port", str(ports["http"]), "--num-cpus", "2", "--config", str(config),
-               "--data-dir", str(work / "data"), "--metrics-port", str(ports["metrics"]),
-               "--dashboard-port", str(ports["dashboard"]), "--temp-dir", str(work / "ray")]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    printed = []
-    for line in process.stdout:
-        printed.append(line)
-        if "OCR service ready" in line:
-            break
-    else:
-        pytest.fail(f"python -m app exited before it was ready: {''.join(printed[-20:])}")
-    printed += [next(process.stdout) for _ in range(2)]  # where to scrape, and the dashboard
-    # Keep reading: a full pipe would stall the service's output, and with it the service.
-    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
+    arguments = ["--port", str(ports["http"]), "--num-cpus", "2", "--config", str(config),
+                 "--data-dir", str(work / "data"), "--metrics-port", str(ports["metrics"]),
+                 "--dashboard-port", str(ports["dashboard"]), "--temp-dir", str(work / "ray")]
     try:
-        yield {"url": f"http://127.0.0.1:{ports['http']}", "ports": ports, "work": work, "env": env,
-               "printed": "".join(printed)}
+        # two lines after the ready one: where to scrape, and the dashboard
+        with local_runner(arguments, env, after_ready_lines=2) as runner:
+            yield {"url": f"http://127.0.0.1:{ports['http']}", "ports": ports, "work": work, "env": env,
+                   "printed": runner.printed}
     finally:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(timeout=60)
         shutil.rmtree(work, ignore_errors=True)
 
 

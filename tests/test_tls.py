@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import httpx
@@ -24,6 +23,7 @@ import yaml
 from app.http.auth import add_key
 from app.testkit.ports import free_port
 from app.testkit.waits import wait_for
+from app.testkit.local_runner import local_runner
 from tests.conftest import TEST_LIMITS, png_bytes, render_text_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,24 +79,11 @@ def https_service(pki, fleet_redis, tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_AUTH_MODE", None)
-    command = [sys.executable, "-m", "app", "--port", str(port), "--num-cpus", "2", "--config", str(config),
-               "--tls-cert", str(pki / "node.crt"), "--tls-key", str(pki / "node.key"),
-               "--metrics-port", str(free_port()), "--dashboard-port", str(free_port()), "--temp-dir", str(work / "ray")]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    printed = []
-    for line in process.stdout:
-        printed.append(line)
-        if "OCR service ready" in line:
-            break
-    else:
-        pytest.fail(f"python -m app exited before it was ready: {''.join(printed[-30:])}")
-    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
-    try:
-        yield {"url": f"https://localhost:{port}", "port": port, "key": key, "printed": "".join(printed)}
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(timeout=60)
+    arguments = ["--port", str(port), "--num-cpus", "2", "--config", str(config),
+                 "--tls-cert", str(pki / "node.crt"), "--tls-key", str(pki / "node.key"),
+                 "--metrics-port", str(free_port()), "--dashboard-port", str(free_port()), "--temp-dir", str(work / "ray")]
+    with local_runner(arguments, env) as runner:
+        yield {"url": f"https://localhost:{port}", "port": port, "key": key, "printed": runner.printed}
 
 
 def test_the_api_answers_https_with_the_fleets_certificate_only(https_service, pki, invoice_png):
