@@ -1,6 +1,7 @@
 """The archive formats over the devset, held to outside references: poppler's pdftotext reads each searchable
 PDF back (CER against the JSON text after whitespace normalisation, and every JSON word's box against the
-box pdftotext gives it), hocr-spec checks each hOCR and the shipped ALTO 4.4 schema each ALTO.
+box pdftotext gives it), hocr-spec and app/testkit/hocr_check.py (classes, nesting and boxes, which
+hocr-spec lets pass) check each hOCR, and the shipped ALTO 4.4 schema each ALTO.
 
 The CER bound is on `pdftotext -raw`, which reads the text in the order the layer draws it (the JSON's
 reading order); pdftotext's default mode orders it by its own layout analysis, and that CER is reported
@@ -33,6 +34,7 @@ def check(http: httpx.Client, sample) -> dict:
     from hocr_spec import HocrValidator
 
     from app.formats.validate import alto_schema
+    from app.testkit.hocr_check import hocr_problems
     from app.testkit.poppler import pdftotext, word_offsets
 
     data = sample.path.read_bytes()
@@ -51,6 +53,7 @@ def check(http: httpx.Client, sample) -> dict:
     offsets = [off for page in body["pages"] for _, off in word_offsets(page, answers["pdf"].content)] \
         if len(body["pages"]) == 1 else []
     hocr = HocrValidator("standard").validate(io.BytesIO(answers["hocr"].content), parse_strict=True)
+    structure = hocr_problems(answers["hocr"].content)
     try:
         alto_schema().validate(io.BytesIO(answers["alto"].content))
         alto_error = None
@@ -60,7 +63,8 @@ def check(http: httpx.Client, sample) -> dict:
     row.update({"cer": edits / max(length, 1), "cer_poppler_order": poppler_edits / max(length, 1),
                 "chars": length, "words": len(offsets), "words_past_bound": sum(off > MAX_OFFSET for off in found),
                 "words_not_found": len(offsets) - len(found), "max_offset": max(found, default=None),
-                "hocr_valid": hocr.is_valid(), "alto_valid": alto_error is None, "alto_error": alto_error})
+                "hocr_valid": hocr.is_valid() and not structure, "hocr_problems": structure[:5],
+                "alto_valid": alto_error is None, "alto_error": alto_error})
     return row
 
 

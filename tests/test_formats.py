@@ -13,6 +13,7 @@ from PIL import Image
 
 from app.formats.validate import alto_schema
 from app.synthetic import pdf_bytes, png_bytes, render_text_page
+from app.testkit.hocr_check import hocr_problems
 from app.testkit.poppler import pdftotext, word_offsets
 from load.metrics import cer
 
@@ -117,8 +118,9 @@ def test_hocr_and_alto_of_a_page_are_valid_and_carry_every_word(client):
     page = ocr(client, document, "image/png", "json").json()["pages"][0]
     hocr = ocr(client, document, "image/png", "hocr")
     assert hocr.headers["content-type"].startswith("application/xhtml+xml")
-    report = HocrValidator("standard").validate(io.BytesIO(hocr.content), parse_strict=True)
+    report = HocrValidator("standard").validate(io.BytesIO(hocr.content), parse_strict=True, filename="answer.hocr")
     assert report.is_valid(), report.format("text")
+    assert hocr_problems(hocr.content) == []  # what hocr-spec does not check: classes, nesting, boxes
     alto = ocr(client, document, "image/png", "alto")
     alto_schema().validate(io.BytesIO(alto.content))
     for text, _ in json_words(page):

@@ -68,8 +68,9 @@ def test_a_page_without_boxes_is_searchable_and_named_in_the_document_info():
     assert pdftotext(pdf).split() == "# Title A paragraph of text with two lines".split()
     with pikepdf.open(io.BytesIO(pdf)) as opened:
         assert str(opened.docinfo["/OCRTextOnlyPages"]) == "1"
-    hocr = render_hocr([markdown_page], "vlm").decode()
-    assert '<meta name="ocr-text-only-pages" content="1" />' in hocr and 'class="ocrx_word"' not in hocr
+    hocr = render_hocr([markdown_page], "vlm")
+    assert b'<meta name="text-only-pages" content="1" />' in hocr and b'class="ocrx_word"' not in hocr
+    assert_valid_hocr(hocr)
     alto = render_alto([markdown_page], "vlm")
     alto_schema().validate(io.BytesIO(alto))
     assert b"QUALITY_DETAIL=\"text only" in alto and b"HPOS=\"0\" VPOS=\"0\"" in alto  # only the PrintSpace placed
@@ -83,6 +84,33 @@ def test_a_failed_page_keeps_its_image_without_text_and_is_listed():
         assert len(opened.pages) == 2 and str(opened.docinfo["/OCRFailedPages"]) == "2"
     assert pdftotext(pdf).split() == ["first"]
     alto_schema().validate(io.BytesIO(render_alto(pages, "ppocr")))
+    hocr = render_hocr(pages, "ppocr")
+    assert b'<meta name="failed-pages" content="2" />' in hocr
+    assert_valid_hocr(hocr)
+
+
+def assert_valid_hocr(document: bytes) -> None:
+    from hocr_spec import HocrValidator
+
+    from app.testkit.hocr_check import hocr_problems
+
+    report = HocrValidator("standard").validate(io.BytesIO(document), parse_strict=True, filename="answer.hocr")
+    assert report.is_valid(), report.format("text")
+    assert hocr_problems(document) == []
+
+
+def test_hocr_that_breaks_the_spec_is_caught_where_hocr_spec_lets_it_pass():
+    from hocr_spec import HocrValidator
+
+    from app.testkit.hocr_check import hocr_problems
+
+    good = render_hocr([page_result([("word", (10, 10, 50, 50)), ("two", (60, 10, 90, 50))])], "ppocr")
+    assert_valid_hocr(good)
+    for broken in (good.replace(b'class="ocr_line"', b'class="ocr_lnie"'),  # no such class
+                   good.replace(b'title="bbox 10 10 50 50; x_wconf 90"', b'title="x_wconf 90"'),  # a word without bbox
+                   good.replace(b"bbox 60 10 90 50", b"bbox 60 10 1090 50")):  # past its line and the page
+        assert HocrValidator("standard").validate(io.BytesIO(broken), parse_strict=True).is_valid()  # its gap
+        assert hocr_problems(broken)
 
 
 def test_a_broken_alto_fails_the_schema():

@@ -2,8 +2,9 @@
 
 Every element's `bbox` is in pixels of the page as uploaded; words carry `x_wconf` (0-100). A page whose
 engine wrote text without saying where (a VLM's Markdown) has its lines with the page's bbox and no
-words, and the head names such pages in `<meta name="ocr-text-only-pages">`. A failed page of a partial
-job is an empty `ocr_page`, named in `<meta name="ocr-failed-pages">`.
+words, and the head names such pages in `<meta name="text-only-pages">`. A failed page of a partial job
+is an empty `ocr_page`, named in `<meta name="failed-pages">`. (Not `ocr-` names: hOCR reserves those
+for its own metadata fields, and a validator refuses others.)
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def render_hocr(pages: list, engine: str) -> bytes:
     ET.SubElement(head, "meta", {"name": "ocr-system", "content": f"offline-ocr-serve {__version__} ({engine})"})
     ET.SubElement(head, "meta", {"name": "ocr-capabilities", "content": CAPABILITIES})
     ET.SubElement(head, "meta", {"name": "ocr-number-of-pages", "content": str(len(layouts))})
-    for name, chosen in (("ocr-text-only-pages", [p for p in layouts if not p.failed and not p.boxed and p.text]),
-                         ("ocr-failed-pages", [p for p in layouts if p.failed])):
+    for name, chosen in (("text-only-pages", [p for p in layouts if not p.failed and not p.boxed and p.text]),
+                         ("failed-pages", [p for p in layouts if p.failed])):
         if chosen:
             ET.SubElement(head, "meta", {"name": name, "content": " ".join(str(p.page_number) for p in chosen)})
     body = ET.SubElement(html, "body")
