@@ -11,7 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from app import __version__
-from app.formats.pages import PageLayout, page_layouts
+from app.formats.pages import PageLayout, page_layouts, union
 
 NAMESPACE = "http://www.loc.gov/standards/alto/ns-v4#"
 SCHEMA_LOCATION = f"{NAMESPACE} http://www.loc.gov/standards/alto/v4/alto-4-4.xsd"
@@ -49,7 +49,7 @@ def _page(layout: ET.Element, index: int, page: PageLayout) -> None:
     if page.failed:
         return
     if page.lines:
-        block = ET.SubElement(space, "TextBlock", {"ID": f"block_{n}_1", **_position(_union(page.lines))})
+        block = ET.SubElement(space, "TextBlock", {"ID": f"block_{n}_1", **_position(union([line.bbox for line in page.lines]))})
         for i, line in enumerate(page.lines, 1):
             text_line = ET.SubElement(block, "TextLine", {"ID": f"line_{n}_{i}", **_position(line.bbox)})
             for j, word in enumerate(line.words, 1):
@@ -73,8 +73,3 @@ def _page(layout: ET.Element, index: int, page: PageLayout) -> None:
 def _position(box) -> dict:
     x0, y0, x1, y1 = box
     return {"HPOS": f"{x0:g}", "VPOS": f"{y0:g}", "WIDTH": f"{x1 - x0:g}", "HEIGHT": f"{y1 - y0:g}"}
-
-
-def _union(lines: list) -> tuple:
-    boxes = [line.bbox for line in lines]
-    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))

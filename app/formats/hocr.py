@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from app import __version__
-from app.formats.pages import PageLayout, page_layouts
+from app.formats.pages import PageLayout, page_layouts, union
 
 XHTML = "http://www.w3.org/1999/xhtml"
 CAPABILITIES = "ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf"
@@ -50,7 +50,7 @@ def _page(body: ET.Element, index: int, page: PageLayout) -> None:
     if page.failed or not (page.lines or page.text.strip()):
         element.text = " "  # <div/> is no empty div to an HTML parser
         return
-    area = _bbox(_union([line.bbox for line in page.lines]) if page.lines else (0, 0, page.width, page.height))
+    area = _bbox(union([line.bbox for line in page.lines]) if page.lines else (0, 0, page.width, page.height))
     carea = ET.SubElement(element, "div", {"class": "ocr_carea", "id": f"block_{n}_1", "title": area})
     par = ET.SubElement(carea, "p", {"class": "ocr_par", "id": f"par_{n}_1", "title": area})
     if page.lines:
@@ -70,7 +70,3 @@ def _page(body: ET.Element, index: int, page: PageLayout) -> None:
 def _bbox(box) -> str:
     x0, y0, x1, y1 = box
     return f"bbox {int(x0)} {int(y0)} {int(round(x1))} {int(round(y1))}"
-
-
-def _union(boxes: list) -> tuple:
-    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))

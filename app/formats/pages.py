@@ -23,8 +23,7 @@ class TextLine:
 
     @property
     def bbox(self) -> tuple:
-        boxes = [w.bbox for w in self.words]
-        return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+        return union([w.bbox for w in self.words])
 
     @property
     def text(self) -> str:
@@ -46,6 +45,11 @@ class PageLayout:
     def boxed(self) -> bool:
         """False for a page whose engine wrote text without saying where: page-level text only."""
         return bool(self.lines)
+
+
+def union(boxes: list) -> tuple:
+    """The smallest (x0, y0, x1, y1) holding every box."""
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
 
 
 def page_layouts(pages: list) -> list:

@@ -49,7 +49,11 @@ def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) 
 
 
 def _from_pdf(data: bytes, layouts: list) -> pikepdf.Pdf:
-    pdf = pikepdf.open(BytesIO(data))
+    return _keep_pages(pikepdf.open(BytesIO(data)), layouts)
+
+
+def _keep_pages(pdf: pikepdf.Pdf, layouts: list) -> pikepdf.Pdf:
+    """Only the pages the results are for (a `pages` selection), in their order."""
     keep = {layout.page_number for layout in layouts}
     for index in reversed(range(len(pdf.pages))):
         if index + 1 not in keep:
@@ -61,11 +65,7 @@ def _from_image(data: bytes, declared_type, layouts: list, limits) -> pikepdf.Pd
     import img2pdf
 
     try:
-        pdf = pikepdf.open(BytesIO(img2pdf.convert(data)))
-        keep = {layout.page_number for layout in layouts}
-        for index in reversed(range(len(pdf.pages))):
-            if index + 1 not in keep:
-                del pdf.pages[index]
+        pdf = _keep_pages(pikepdf.open(BytesIO(img2pdf.convert(data))), layouts)
         if len(pdf.pages) == len(layouts) and all(_same_shape(p, l) for p, l in zip(pdf.pages, layouts)):
             return pdf
     except Exception:  # noqa: BLE001 - whatever img2pdf refuses is embedded losslessly below

@@ -77,6 +77,15 @@ class CallbackSender:
     def enabled(self) -> bool:
         return bool(self._settings.allowed_hosts)
 
+    async def run(self, poll_s: float) -> None:
+        """Due callbacks delivered apart from a runner's claims, so a slow receiver delays no job."""
+        while True:
+            try:
+                await self.deliver_due()
+            except Exception:
+                logger.exception("delivering callbacks failed; trying again")
+            await asyncio.sleep(poll_s)
+
     async def deliver_due(self) -> int:
         """Take and deliver what is due now; the number taken."""
         taken = []

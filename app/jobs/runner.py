@@ -92,7 +92,7 @@ class JobRunner:
             self._loop_task = loop.create_task(self._claim_loop())
             logger.info("job runner %s claiming from %s", self._owner, self._store.__class__.__name__)
         if self._callbacks is not None and (self._callback_task is None or self._callback_task.done()):
-            self._callback_task = asyncio.get_running_loop().create_task(self._callback_loop())
+            self._callback_task = asyncio.get_running_loop().create_task(self._callbacks.run(self._jobs.poll_s))
 
     async def check_health(self) -> None:
         self._ensure_loop()
@@ -130,15 +130,6 @@ class JobRunner:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 pass
-
-    async def _callback_loop(self) -> None:
-        """Due callbacks (app/jobs/callbacks.py) delivered apart from the claims, so a slow receiver delays no job."""
-        while True:
-            try:
-                await self._callbacks.deliver_due()
-            except Exception:
-                logger.exception("job runner %s: delivering callbacks failed; trying again", self._owner)
-            await asyncio.sleep(self._jobs.poll_s)
 
     async def _purge(self) -> None:
         purged = await asyncio.to_thread(self._store.purge_expired)
