@@ -65,6 +65,11 @@ class PreprocessConfig(BaseModel):
         "auto", description="auto: find each page's rotation (0/90/180/270) and turn it upright before the engine; "
         "off: pages go as uploaded. A request's `orientation` field overrides it (auto, off or an angle)."
     )
+    orientation_min_share: float = Field(
+        0.75, gt=0.5, le=1.0, description="In auto, a page is turned only where its longest lines, each read the "
+        "ways its axis allows and weighted by length, back the turn by at least this share; below it the page is "
+        "read as uploaded and its result notes that the direction was mixed or unsure."
+    )
     decode_workers: int = Field(
         2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
     )
@@ -213,6 +218,10 @@ class Settings(BaseModel):
         "auto", description="The Preprocessor's initial `orientation` (PreprocessConfig): auto finds each page's "
         "rotation and turns it upright; off leaves pages as uploaded."
     )
+    orientation_min_share: float = Field(
+        0.75, gt=0.5, le=1.0, description="The Preprocessor's initial `orientation_min_share` (PreprocessConfig): "
+        "the share of a page's lines that must back a turn before it is made."
+    )
     decode_workers: int = Field(
         2, ge=1, le=64, description="The Preprocessor's initial `decode_workers` (PreprocessConfig): decoder "
         "processes per replica."
@@ -241,7 +250,7 @@ class Settings(BaseModel):
     def preprocess_config(self) -> PreprocessConfig:
         """The Preprocessor's initial user_config, from args."""
         return PreprocessConfig(limits=self.limits.decode_limits(), orientation=self.orientation,
-                                decode_workers=self.decode_workers)
+                                orientation_min_share=self.orientation_min_share, decode_workers=self.decode_workers)
 
     @field_validator("engine")
     @classmethod

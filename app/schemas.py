@@ -49,6 +49,7 @@ class PagePayload:
     dpi: Optional[float] = None  # set for rasterised PDF pages
     rotation: int = 0  # clockwise degrees the preprocessor turned the page (app/orientation)
     rotation_confidence: Optional[float] = None  # the finder's confidence; None where no finder ran
+    rotation_note: Optional[str] = None  # why a page was read as uploaded though a turn was found (mixed, unsure)
     timings_ms: dict = field(default_factory=dict)
     generation: Optional[Generation] = None  # the request's generation knobs; None: the engine's settings
 

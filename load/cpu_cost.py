@@ -109,7 +109,7 @@ def payload_maker(settings, to_payload):
         return lambda page, index: to_payload(page, index, "cpu_cost")
     from app.orientation.upright import Orienter
 
-    orienter = Orienter(os.environ.get(ORIENTATION_ENV, "off"))
+    orienter = Orienter(os.environ.get(ORIENTATION_ENV, "off"), Settings().orientation_min_share)
 
     def payload_of(page, index):
         image, turned = orienter.upright(page.image, None)

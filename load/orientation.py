@@ -136,7 +136,7 @@ def cpu_cost(samples: list[Sample], side: int, rounds: int) -> dict:
     from app.config import Settings
     from app.orientation.upright import Orienter
 
-    orienter = Orienter(Settings().orientation)
+    orienter = Orienter(Settings().orientation, Settings().orientation_min_share)
     pages = [upright_pixels(sample, side) for sample in samples]
     looks = Counter(orienter.upright(page, None)[1].look for page in pages)  # warm-up pass
     means, p95s = [], []

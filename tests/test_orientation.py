@@ -13,6 +13,7 @@ from PIL import Image
 from app.errors import BadRequest
 from app.pipeline.layout import Box
 from app.orientation.geometry import ANGLES, turn, turn_point, unturn_point
+from app.orientation.finder import MIN_SHARE
 from app.orientation.upright import Orienter, parse_mode
 from app.pipeline.postprocess import uploaded_bbox
 from app.schemas import PagePayload
@@ -69,7 +70,7 @@ def test_other_orientations_are_refused(value):
 
 @pytest.fixture(scope="module")
 def orienter() -> Orienter:
-    return Orienter("auto")
+    return Orienter("auto", MIN_SHARE)
 
 
 @pytest.mark.parametrize("uploaded_at", ANGLES)

@@ -24,6 +24,10 @@ crops read as text, the full look:
 
 `Finding.confidence` is the share of the evidence for the angle chosen, in [0, 1]: the axis
 vote's share times the up/down vote's share.
+
+A turn found this way is made only once the page's own lines back it (confirm.py): on a page whose
+text runs several ways, the looks above can follow a minority. Where they do not back it, the page
+is read as uploaded and `look` says why: "mixed" or "unsure".
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from app.orientation.axis import axis_from_blobs, axis_from_boxes, axis_from_gaps, ink_mask, strip_axis, thumbnail, to_grey
+from app.orientation.confirm import line_votes, verdict
 from app.orientation.crops import both_ways_up, box_crops, line_crops, strip_crops, usual_height_first
 from app.orientation.geometry import turn, turn_point
 from app.pipeline.page_size import as_rgb
@@ -51,20 +56,38 @@ READ_FLOOR = 0.3  # a line read below this both ways up is no text (a rule, a pi
 class Finding:
     rotation: int  # clockwise degrees that make the page upright
     confidence: float
-    look: str  # "first": the classifier settled it; "read": the recognizer did; "full"; "blank": no text, left as is
+    look: str  # "first": the classifier settled it; "read": the recognizer did; "full"; "blank": no text, left as is;
+    # "mixed" / "unsure": a turn was found but the page's lines did not back it, so it was read as uploaded
+    proposed: int = 0  # the turn the looks found, where the lines did not back it
+
+
+MIN_SHARE = 0.75  # default share of the lines' weight that must back a turn (settings: orientation_min_share)
 
 
 class OrientationFinder:
     """Finds rotations; holds the models. Thread-safe: one page per call."""
 
-    def __init__(self, direction=None, reader=None):
+    def __init__(self, direction=None, reader=None, min_share: float = MIN_SHARE):
         from app.orientation.models import LineDirection, LineReader
 
         self._direction = direction or LineDirection()
         self._reader = reader or LineReader()
+        self.min_share = min_share
 
     def find(self, page: np.ndarray) -> Finding:
-        """`page`: HxW grey or HxWx3 RGB uint8. Only the crops the models read become RGB."""
+        """`page`: HxW grey or HxWx3 RGB uint8. A turn is returned only where the page's lines back it."""
+        finding = self._look(page)
+        if finding.rotation == 0:
+            return finding
+        votes = line_votes(page, self._reader.boxes(as_rgb(page)), self._reader)
+        judged = verdict(votes, finding.rotation, finding.confidence, self.min_share)
+        if judged == "turn":
+            backing = votes.share(finding.rotation) if votes.lines else finding.confidence
+            return Finding(finding.rotation, round(backing, 3), finding.look)
+        return Finding(0, round(votes.share(0), 3), judged, proposed=finding.rotation)
+
+    def _look(self, page: np.ndarray) -> Finding:
+        """The looks, without the check. Only the crops the models read become RGB."""
         thumb, thumb_scale = thumbnail(to_grey(page), LOOK_SIDE)
         ink = ink_mask(thumb)
         strip = strip_axis(page)

@@ -53,7 +53,7 @@ def build_page_result(ocr: PageOCR) -> dict:
         "finish_reason": result.finish_reason,
         "generated_tokens": result.generated_tokens,  # a VLM engine's tokens for the page; null for ppocr
         "prompt_tokens": result.prompt_tokens,  # its prompt's, image included, where the engine says (vllm)
-        "notes": list(result.notes),
+        "notes": ([page.rotation_note] if page.rotation_note else []) + list(result.notes),
         "batch": {"size": ocr.batch_size, "pixels": ocr.batch_pixels},
         "timings_ms": timings,
     }

@@ -44,6 +44,7 @@ def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index
         dpi=page.dpi,
         rotation=turned.rotation,
         rotation_confidence=turned.confidence,
+        rotation_note=turned.note,
         timings_ms={"decode": page.decode_ms, "resize_encode": page.resize_encode_ms, "orientation": turned.ms},
     )
 
@@ -70,9 +71,9 @@ class Preprocessor:
             if retired is not None:
                 retired.retire()
         if self._orienter is None:
-            self._orienter = Orienter(config.orientation)
+            self._orienter = Orienter(config.orientation, config.orientation_min_share)
         else:
-            self._orienter.set_default_mode(config.orientation)
+            self._orienter.set_default_mode(config.orientation, config.orientation_min_share)
         self._config = config
 
     async def prepare(
