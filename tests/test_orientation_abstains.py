@@ -57,3 +57,14 @@ def test_the_verdict_weighs_the_lines_against_the_bar():
     # no line long enough to vote: the finder's own confidence must clear the bar
     assert verdict(Votes({}, lines=0), 90, 0.9, MIN_SHARE) == "turn"
     assert verdict(Votes({}, lines=0), 90, 0.6, MIN_SHARE) == "unsure"
+
+
+def test_over_http_a_page_with_text_several_ways_is_read_upright_and_the_response_says_why(client):
+    from app.synthetic import png_bytes
+
+    response = client.post("/v1/ocr", files={"file": ("box.png", png_bytes(product_box(38)), "image/png")})
+    assert response.status_code == 200, response.text
+    [page] = response.json()["pages"]
+    assert page["rotation"] == 0
+    assert any("several ways" in note for note in page["notes"]), page["notes"]
+    assert page["rotation_confidence"] < MIN_SHARE  # the lines' share behind reading it upright
