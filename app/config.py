@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.engine_options import VLLMOptions, VLMOptions
+from app.engine_options import TesseractOptions, VLLMOptions, VLMOptions
 from app.jobs.settings import Jobs
 
 
@@ -182,6 +182,7 @@ class Settings(BaseModel):
     )
     vlm: VLMOptions = Field(default_factory=VLMOptions)
     vllm: VLLMOptions = Field(default_factory=VLLMOptions)
+    tesseract: TesseractOptions = Field(default_factory=TesseractOptions)
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the engine runs: auto (cuda where the replica has a GPU), cpu, cuda (needs "
         "ocr_num_gpus > 0). ppocr always runs on the CPU.")

@@ -81,3 +81,22 @@ class VLLMOptions(BaseModel):
     verify_weights: Literal["full", "size", "off"] = Field(
         "full", description="Check model_dir against its weights.sha256 at start-up, once per node (as `vlm`)."
     )
+
+
+class TesseractOptions(BaseModel):
+    """Tesseract (tesserocr, Debian's traineddata): the `tesseract` engine, and the ppocr engine's Fraktur pass."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tessdata_dir: str = Field(
+        "/usr/share/tesseract-ocr/5/tessdata", description="Where the traineddata are (Debian's packages "
+        "tesseract-ocr-script-frak, tesseract-ocr-deu, tesseract-ocr-eng put them here); nothing is fetched."
+    )
+    model: str = Field("Fraktur", description="The `tesseract` engine's model(s), as Tesseract names them "
+                       "(Fraktur, deu, eng, Fraktur+deu).")
+    fraktur_pass: Literal["on", "off"] = Field(
+        "on", description="ppocr: a Fraktur page (a request's lang=deu-frak, or found from the reading with "
+        "lang=auto) is read again by Tesseract's Fraktur model and the better word of each pair kept. Where the "
+        "traineddata are missing the engine warns at start and reads Fraktur alone (a page asked for as deu-frak "
+        "says so in its notes)."
+    )

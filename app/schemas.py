@@ -52,6 +52,7 @@ class PagePayload:
     rotation_note: Optional[str] = None  # why a page was read as uploaded though a turn was found (mixed, unsure)
     timings_ms: dict = field(default_factory=dict)
     generation: Optional[Generation] = None  # the request's generation knobs; None: the engine's settings
+    lang: Optional[str] = None  # the request's script hint (auto, deu-frak, latin: app/engines/fraktur.py); None: auto
 
     @property
     def pixels(self) -> int:

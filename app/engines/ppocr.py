@@ -9,12 +9,17 @@ Measured on the devset (../shared/eval/devset, 22 images, 2 cores), see docs/eng
   and the more confident reading is kept: an upside-down line in an upright page then reads too,
   and upright lines are never turned on the classifier's word (whole pages are turned upright
   before the engine, by app/orientation).
+- A Fraktur page (a request's `lang=deu-frak`, or found from the reading with `lang=auto`) is read
+  again by Tesseract's Fraktur model and the better word of the two kept (app/engines/fraktur.py),
+  where `tesseract.fraktur_pass` is on and Debian's traineddata are installed.
 """
 
 from __future__ import annotations
 
 import logging
+import subprocess
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -39,6 +44,8 @@ class PPOCREngine:
     def budget(cls, settings: Settings) -> InputBudget:
         return cls.input_budget
 
+    takes_lang = True  # infer(pages, langs=[...]): a request's `lang` (app/engines/fraktur.py)
+
     def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
         import rapidocr
         from rapidocr._version import __version__ as rapidocr_version
@@ -47,6 +54,8 @@ class PPOCREngine:
         self._threads = threads
         self._det_path, self._rec_path = self._model_paths(settings.model_dir, Path(rapidocr.__file__).parent)
         self._ocr = None
+        self._fraktur = None
+        self._fraktur_missing = "tesseract.fraktur_pass is off"
         if settings.device == "cuda":
             logger.warning("ppocr runs on CPU through onnxruntime; device=cuda is ignored for this engine")
         self.info = EngineInfo(
@@ -87,16 +96,40 @@ class PPOCREngine:
                 "EngineConfig.onnxruntime.inter_op_num_threads": 1,
             }
         )
+        if self._settings.tesseract.fraktur_pass == "on":
+            self._load_fraktur()
+
+    def _load_fraktur(self) -> None:
+        """Tesseract's Fraktur model and the German word list; without them, PP-OCR reads Fraktur alone."""
+        from app.engines.fraktur import FrakturPass
+
+        try:
+            self._fraktur = FrakturPass(self._settings.tesseract.tessdata_dir, self._threads)
+        except (ImportError, OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # OSError: a file or tool missing
+            self._fraktur_missing = f"the Fraktur pass is unavailable: {exc}"
+            logger.warning("%s; Fraktur pages are read by PP-OCR alone", self._fraktur_missing)
+        self.info.details["fraktur_pass"] = self._fraktur is not None
 
     def warmup(self) -> None:
         result = self.infer([np.asarray(render_text_page())])[0]
         if not result.lines:
             raise RuntimeError("ppocr warm-up read no text from the synthetic page")
 
-    def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
+    def infer(self, pages: list[np.ndarray], langs: Optional[list] = None) -> list[EngineResult]:
         # rapidocr takes one image per call and batches text crops within it, so a batch of
         # pages is a loop here; the batcher still pays off by keeping the replica busy.
-        return [EngineResult(lines=self._read_page(page)) for page in pages]
+        return [self._read(page, lang) for page, lang in zip(pages, langs or [None] * len(pages))]
+
+    def _read(self, page: np.ndarray, lang: Optional[str]) -> EngineResult:
+        lines = self._read_page(page)
+        if lang == "latin":
+            return EngineResult(lines=lines)
+        if self._fraktur is None:
+            notes = [self._fraktur_missing] if lang == "deu-frak" else []
+            return EngineResult(lines=lines, notes=notes)
+        if self._fraktur.wanted(lines, lang):
+            return EngineResult(lines=self._fraktur.apply(page, lines), notes=["read as Fraktur by PP-OCR and Tesseract"])
+        return EngineResult(lines=lines)
 
     def batch_limits(self) -> None:
         return None

@@ -19,6 +19,7 @@ from app.config import Settings
 from app.engines.base import InputBudget, OCREngine
 
 ENGINES = {
+    "tesseract": "app.engines.tesseract:TesseractEngine",
     "ppocr": "app.engines.ppocr:PPOCREngine",
     "vlm": "app.engines.vlm:VLMEngine",
     "vllm": "app.engines.vllm_engine:VLLMEngine",

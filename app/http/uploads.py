@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
+from app.engines.fraktur import parse_lang
 from app.errors import BadRequest, PayloadTooLarge
 from app.orientation.upright import parse_mode
 
@@ -22,6 +23,7 @@ class Upload:
     filename: Optional[str]
     pages: Optional[str]
     orientation: Optional[str] = None  # auto, off or an angle (app/orientation/upright.py); None: the settings'
+    lang: Optional[str] = None  # auto, deu-frak or latin (app/engines/fraktur.py); None: auto
 
 
 async def read_upload(request: Request, max_bytes: int, idle_timeout_s: Optional[float] = None) -> Upload:
@@ -29,11 +31,12 @@ async def read_upload(request: Request, max_bytes: int, idle_timeout_s: Optional
     content_type = request.headers.get("content-type", "")
     pages = request.query_params.get("pages")
     orientation = parse_mode(request.query_params.get("orientation"))
+    lang = parse_lang(request.query_params.get("lang"))
     if content_type.lower().startswith("multipart/form-data"):
-        return await _from_multipart(request, body, pages, orientation)
+        return await _from_multipart(request, body, pages, orientation, lang)
     if not body:
         raise BadRequest("The request has no body: send multipart field 'file' or the raw document.", code="empty_file")
-    return Upload(body, content_type or None, None, pages, orientation)
+    return Upload(body, content_type or None, None, pages, orientation, lang)
 
 
 async def read_bounded(request: Request, max_bytes: int, idle_timeout_s: Optional[float] = None) -> bytes:
@@ -65,8 +68,9 @@ def _too_large(size: int, max_bytes: int) -> PayloadTooLarge:
     )
 
 
-async def _from_multipart(request: Request, body: bytes, pages: Optional[str], orientation: Optional[str]) -> Upload:
-    """Form fields `pages` and `orientation` win over the query's."""
+async def _from_multipart(request: Request, body: bytes, pages: Optional[str], orientation: Optional[str],
+                          lang: Optional[str]) -> Upload:
+    """Form fields `pages`, `orientation` and `lang` win over the query's."""
     async def replay():
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -80,13 +84,14 @@ async def _from_multipart(request: Request, body: bytes, pages: Optional[str], o
         if not isinstance(file, UploadFile):
             raise BadRequest("Multipart field 'file' is missing or is not a file.", code="missing_file")
         data = await file.read()
-        form_pages, form_orientation = form.get("pages"), form.get("orientation")
+        form_pages, form_orientation, form_lang = form.get("pages"), form.get("orientation"), form.get("lang")
         return Upload(
             data=data,
             content_type=file.content_type,
             filename=file.filename,
             pages=form_pages if isinstance(form_pages, str) else pages,
             orientation=parse_mode(form_orientation) if isinstance(form_orientation, str) else orientation,
+            lang=parse_lang(form_lang) if isinstance(form_lang, str) else lang,
         )
     finally:
         await form.close()

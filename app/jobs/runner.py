@@ -26,6 +26,7 @@ done again and again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -297,6 +298,8 @@ class JobRunner:
 
     async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
         """(result, None), or (None, the error) once the one retry rule (app/pipeline/page_pipeline.py) gave up."""
+        if job.lang is not None:
+            payload = dataclasses.replace(payload, lang=job.lang)
         try:
             return await read_page(self._ocr, self._post, payload, self._jobs.page_retries,
                                    on_retry=self._count_retry), None

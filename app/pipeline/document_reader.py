@@ -37,7 +37,7 @@ class DocumentReader:
         streamed = False
         try:
             async for page in stream:
-                tasks.append(asyncio.ensure_future(self._page_result(page, generation)))
+                tasks.append(asyncio.ensure_future(self._page_result(page, generation, getattr(upload, "lang", None))))
                 if any(task.done() and task.exception() is not None for task in tasks if not task.cancelled()):
                     break  # a page failed for good: stop rasterising the rest
             else:
@@ -64,7 +64,7 @@ class DocumentReader:
         async def feed():
             try:
                 async for page in stream:
-                    tasks.append(asyncio.ensure_future(self._page_result(page, generation)))
+                    tasks.append(asyncio.ensure_future(self._page_result(page, generation, getattr(upload, "lang", None))))
                     ready.put_nowait(tasks[-1])
             except Exception as exc:  # the Preprocessor refused the document, or failed
                 ready.put_nowait(exc)
@@ -83,7 +83,7 @@ class DocumentReader:
             for task in tasks:
                 task.cancel()
 
-    async def _page_result(self, page: PagePayload, generation: Optional[Generation]) -> dict:
-        if generation is not None:
-            page = dataclasses.replace(page, generation=generation)
+    async def _page_result(self, page: PagePayload, generation: Optional[Generation], lang: Optional[str]) -> dict:
+        if generation is not None or lang is not None:
+            page = dataclasses.replace(page, generation=generation, lang=lang)
         return await read_page(self._ocr, self._post, page, self._retries)

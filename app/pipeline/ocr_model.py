@@ -47,6 +47,7 @@ class OCRModel:
         self._own_batches = schedules_own_batches(self._engine)
         # A generating engine honours a request's knobs (max_tokens...); PP-OCR writes no tokens.
         self._takes_generation = getattr(self._engine, "takes_generation", False)
+        self._takes_lang = getattr(self._engine, "takes_lang", False)  # a request's script hint (ppocr)
         self._on_gpu = self._engine.info.device.startswith("cuda")
         self._gpu_id = assigned_gpu_id() if self._on_gpu else None  # NVML is asked about this GPU only
         self._config: Optional[BatchConfig] = None
@@ -205,6 +206,8 @@ class OCRModel:
         try:
             if self._takes_generation and any(page.generation for page in pages):
                 return self._engine.infer(images, generation=[page.generation for page in pages])
+            if self._takes_lang and any(page.lang for page in pages):
+                return self._engine.infer(images, langs=[page.lang for page in pages])
             return self._engine.infer(images)
         except Exception as exc:
             if len(images) == 1:

@@ -1,0 +1,167 @@
+"""Fraktur read by two engines: PP-OCR's lines, and Tesseract's Fraktur model on the same page,
+word by word the better reading kept (issue 29).
+
+PP-OCR has no Fraktur model: it reads the long s (ſ) as f or j ("ift", "fich", "jehr"), k as f
+("fommen"), V as B ("Bernunft"). Tesseract's `script/Fraktur` model reads those, and makes errors
+of its own ("ſi<" for "sich", stray stops, a line it misses). Where both read a line, each pair
+of words that differ is settled, in this order (measured on the devset's Fraktur lines,
+load/fraktur.py, docs/measurements.md "Fraktur"):
+1. a PP-OCR reading that is no word but becomes one with its f or j read as a long s, is that word;
+2. a word of the German word list (deu.traineddata's own) beats one that is not;
+3. otherwise the reading more like German spelling wins: the mean log-probability of its letter
+   trigrams, counted over the same word list.
+Words both read alike keep PP-OCR's spelling (Tesseract adds stray stops around words); a line
+only one engine found keeps that engine's reading.
+
+Which pages: a request's `lang=deu-frak` says so; `lang=auto` (the default) tells a Fraktur page
+from PP-OCR's own reading: words that are no German word but become one with f or j read as ſ.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+from collections import Counter
+from typing import Optional
+
+from app.engines.tesseract import WordList, plain_word
+from app.schemas import TextLine
+
+LANGS = ("auto", "deu-frak", "latin")  # a request's `lang`: auto finds Fraktur pages; the others say
+LONG_S_MISREAD = "fj"  # what PP-OCR reads a long s as
+LONG_S_SHARE = 0.02  # a page is Fraktur where at least this share of its words (and one) are such misreadings
+MATCH_OVERLAP = 0.5  # two engines' lines are one where they share this much of the lower one's height
+
+
+def parse_lang(value: Optional[str]) -> Optional[str]:
+    """A request's `lang`, checked; None where it set none."""
+    from app.errors import BadRequest
+
+    if value is None:
+        return None
+    lang = value.strip().lower()
+    if lang not in LANGS:
+        raise BadRequest(f"lang must be one of {', '.join(LANGS)}; got {value[:40]!r}.", code="bad_request")
+    return lang
+
+
+class Spelling:
+    """The word list, and a letter-trigram model of it for words neither engine spells as a word."""
+
+    def __init__(self, words: WordList):
+        self._words = words
+        self._trigrams: Counter = Counter()
+        self._bigrams: Counter = Counter()
+        for word in words.words:
+            marked = "^^" + word.lower() + "$"
+            for i in range(len(marked) - 2):
+                self._trigrams[marked[i:i + 3]] += 1
+                self._bigrams[marked[i:i + 2]] += 1
+
+    def knows(self, word: str) -> bool:
+        return self._words.knows(word)
+
+    def likeness(self, word: str) -> float:
+        """Mean log-probability of the word's letter trigrams (add-0.1 smoothed), higher is more German."""
+        plain = plain_word(word).lower()
+        if not plain:
+            return -10.0
+        marked = "^^" + plain + "$"
+        return sum(math.log((self._trigrams[marked[i:i + 3]] + 0.1) / (self._bigrams[marked[i:i + 2]] + 6.0))
+                   for i in range(len(marked) - 2)) / (len(marked) - 2)
+
+    def long_s_fix(self, word: str) -> Optional[str]:
+        """The word with some of its f or j read as s, where that is a word and the word is not."""
+        if self.knows(word):
+            return None
+        spots = [i for i, char in enumerate(word) if char in LONG_S_MISREAD][:4]
+        for count in range(1, len(spots) + 1):
+            for chosen in itertools.combinations(spots, count):
+                letters = list(word)
+                for i in chosen:
+                    letters[i] = "s"
+                candidate = "".join(letters)
+                if self.knows(candidate):
+                    return candidate
+        return None
+
+    def looks_like_fraktur(self, lines: list[TextLine]) -> bool:
+        words = [word for line in lines for word in line.text.split() if plain_word(word)]
+        misread = sum(self.long_s_fix(word) is not None for word in words)
+        return misread >= max(1, LONG_S_SHARE * len(words))
+
+    def better_word(self, ppocr: str, tesseract: str) -> str:
+        fixed = self.long_s_fix(ppocr)
+        if fixed:
+            return fixed
+        known_p, known_t = self.knows(ppocr), self.knows(tesseract)
+        if known_p != known_t:
+            return ppocr if known_p else tesseract
+        return tesseract if self.likeness(tesseract) > self.likeness(ppocr) else ppocr
+
+    def merge(self, ppocr: str, tesseract: str) -> str:
+        """One line read by both: their words aligned, each difference settled (the module's rules)."""
+        a, b = ppocr.split(), tesseract.split()
+        matcher = difflib.SequenceMatcher(None, [plain_word(w) for w in a], [plain_word(w) for w in b], autojunk=False)
+        merged: list[str] = []
+        for op, i1, i2, j1, j2 in matcher.get_opcodes():
+            mine, theirs = a[i1:i2], b[j1:j2]
+            if op == "equal" or not theirs:
+                merged += mine
+            elif not mine:
+                merged += theirs if any(map(self.knows, theirs)) else []  # words only Tesseract saw, if words
+            elif len(mine) == len(theirs):
+                merged += [self.better_word(p, t) for p, t in zip(mine, theirs)]
+            else:  # split or joined differently: the side with more words of the list, then the more German
+                score = [(sum(map(self.knows, side)), sum(map(self.likeness, side)) / len(side))
+                         for side in (mine, theirs)]
+                merged += theirs if score[1] > score[0] else mine
+        return " ".join(merged)
+
+
+def _shared_height(a: TextLine, b: TextLine) -> float:
+    ay0, ay1 = min(p[1] for p in a.quad), max(p[1] for p in a.quad)
+    by0, by1 = min(p[1] for p in b.quad), max(p[1] for p in b.quad)
+    ax0, ax1 = min(p[0] for p in a.quad), max(p[0] for p in a.quad)
+    bx0, bx1 = min(p[0] for p in b.quad), max(p[0] for p in b.quad)
+    if min(ax1, bx1) <= max(ax0, bx0):
+        return 0.0
+    return max(0.0, min(ay1, by1) - max(ay0, by0)) / max(1e-6, min(ay1 - ay0, by1 - by0))
+
+
+def combine(ppocr_lines: list[TextLine], tesseract_lines: list[TextLine], spelling: Spelling) -> list[TextLine]:
+    """PP-OCR's lines (its boxes), each read again by merging the Tesseract line on the same row."""
+    combined = []
+    for line in ppocr_lines:
+        match = max(tesseract_lines, key=lambda other: _shared_height(line, other), default=None)
+        if match is None or _shared_height(line, match) < MATCH_OVERLAP:
+            combined.append(line)
+            continue
+        text = spelling.merge(line.text, match.text)
+        if text == line.text:
+            combined.append(line)
+        else:
+            from app.engines.word_boxes import words_by_share
+
+            combined.append(TextLine(quad=line.quad, text=text, confidence=line.confidence,
+                                     words=words_by_share(line.quad, text, line.confidence)))
+    return combined
+
+
+class FrakturPass:
+    """What the ppocr engine asks after reading a page: is it Fraktur, and if so, both engines' words."""
+
+    def __init__(self, tessdata_dir: str, threads: int):
+        from app.engines.tesseract import TesseractReader
+
+        self._reader = TesseractReader(tessdata_dir, "Fraktur", threads)
+        self._spelling = Spelling(WordList(tessdata_dir, "deu"))
+
+    def wanted(self, lines: list[TextLine], lang: Optional[str]) -> bool:
+        if lang == "deu-frak":
+            return True
+        return lang in (None, "auto") and self._spelling.looks_like_fraktur(lines)
+
+    def apply(self, rgb, lines: list[TextLine]) -> list[TextLine]:
+        return combine(lines, self._reader.read(rgb), self._spelling)

@@ -1,0 +1,163 @@
+"""Fraktur read by PP-OCR, by Tesseract, and by both (issue 29), in-process, on the devset.
+
+    python load/fraktur.py
+    python load/fraktur.py --render load/results/fraktur.json
+
+The devset's German Fraktur lines (the five DTA line images and the 31 lines of the Kant page) and
+its Latin pages and lines (English receipts and UW-III lines), each read in this process by:
+- `ppocr`: the bundled engine alone (`lang=latin`: no second reading);
+- `tesseract`: the `tesseract` engine alone (script/Fraktur model, its own layout);
+- `rule_confidence`: PP-OCR's lines, each replaced by the Tesseract line on the same row where
+  Tesseract's line confidence is higher (a rule tried and measured, not shipped);
+- `rule_words` (`lang=deu-frak`): the shipped rule, word by word (app/engines/fraktur.py);
+- `auto` (`lang=auto`, the default): the shipped rule where the page is found to be Fraktur.
+CER after NFKC, case and whitespace normalisation, pooled per set; the same decoding as the bare
+engine (load/common.py). Passes when `rule_words` on the Fraktur lines is at least 15% below the
+better of `ppocr` and `tesseract`, and `auto` on the Latin set is no worse than `ppocr`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from load.common import DEFAULT_MANIFEST, add_report_options, commit, load_devset, machine, measure_or_render  # noqa: E402
+from load.metrics import cer  # noqa: E402
+
+ARMS = ("ppocr", "tesseract", "rule_confidence", "rule_words", "auto")
+
+
+def set_of(sample) -> str:
+    if sample.lang == "de":
+        return "fraktur_lines"
+    if sample.lang == "en":
+        return "latin"
+    return ""
+
+
+class Readers:
+    def __init__(self):
+        from app.config import Settings
+        from app.engines.fraktur import combine
+        from app.engines.ppocr import PPOCREngine
+        from app.engines.tesseract import TesseractEngine
+
+        self.settings = Settings()
+        self.ppocr = PPOCREngine(self.settings, threads=1)
+        self.ppocr.load()
+        self.tesseract = TesseractEngine(self.settings, threads=1)
+        self.tesseract.load()
+        self._combine = combine
+
+    def read(self, arm: str, rgb: np.ndarray):
+        """The page's text lines as the arm reads them."""
+        if arm == "ppocr":
+            return self.ppocr.infer([rgb], langs=["latin"])[0].lines
+        if arm == "tesseract":
+            return self.tesseract.infer([rgb])[0].lines
+        if arm == "rule_words":
+            return self.ppocr.infer([rgb], langs=["deu-frak"])[0].lines
+        if arm == "auto":
+            return self.ppocr.infer([rgb], langs=["auto"])[0].lines
+        return self._by_confidence(rgb)
+
+    def _by_confidence(self, rgb):
+        from app.engines.fraktur import MATCH_OVERLAP, _shared_height
+
+        mine = self.ppocr.infer([rgb], langs=["latin"])[0].lines
+        theirs = self.tesseract.infer([rgb])[0].lines
+        chosen = []
+        for line in mine:
+            match = max(theirs, key=lambda other: _shared_height(line, other), default=None)
+            better = match is not None and _shared_height(line, match) >= MATCH_OVERLAP and match.confidence > line.confidence
+            chosen.append(match if better else line)
+        return chosen
+
+
+def page_text(lines, width: int, height: int) -> str:
+    from app.pipeline.postprocess import build_page_result
+    from app.schemas import EngineResult, PageOCR, PagePayload
+
+    payload = PagePayload("fraktur", 0, 1, None, width, height, width, height, 1.0)
+    return build_page_result(PageOCR(payload, EngineResult(lines=lines), 1, payload.pixels))["text"]
+
+
+def measure(options) -> dict:
+    from app.sandbox.documents import load_pages
+
+    readers = Readers()
+    samples = [s for s in load_devset(options.manifest) if set_of(s)]
+    pooled = {(kind, arm): [0, 0] for kind in ("fraktur_lines", "latin") for arm in ARMS}
+    cpu = {arm: [] for arm in ARMS}
+    rows = []
+    for sample in samples:
+        [page] = list(load_pages(sample.path.read_bytes(), sample.content_type, None, readers.settings.limits))
+        rgb = np.asarray(page.image.convert("RGB"))
+        row = {"image": sample.path.name, "set": set_of(sample)}
+        for arm in ARMS:  # the arms alternate page by page
+            started = time.process_time()
+            lines = readers.read(arm, rgb)
+            cpu[arm].append(1000 * (time.process_time() - started))
+            edits, chars = cer(sample.text, page_text(lines, rgb.shape[1], rgb.shape[0]))
+            pooled[(row["set"], arm)][0] += edits
+            pooled[(row["set"], arm)][1] += chars
+            row[arm] = edits
+        row["chars"] = chars
+        rows.append(row)
+        print(row, flush=True)
+    sets = {kind: {arm: {"edits": pooled[(kind, arm)][0], "chars": pooled[(kind, arm)][1],
+                         "cer": pooled[(kind, arm)][0] / max(1, pooled[(kind, arm)][1])} for arm in ARMS}
+            for kind in ("fraktur_lines", "latin")}
+    return {
+        "benchmark": "fraktur", "commit": commit(), "machine": machine(),
+        "settings": {"manifest": str(options.manifest), "tessdata_dir": readers.settings.tesseract.tessdata_dir,
+                     "threads": 1, "target_below_best_single": 0.15},
+        "sets": sets, "images": rows,
+        "cpu_ms_per_page_mean": {arm: round(sum(v) / len(v), 1) for arm, v in cpu.items()},
+    }
+
+
+def verdict(report: dict) -> tuple[float, bool]:
+    fraktur, latin = report["sets"]["fraktur_lines"], report["sets"]["latin"]
+    best_single = min(fraktur["ppocr"]["cer"], fraktur["tesseract"]["cer"])
+    below = 1 - fraktur["rule_words"]["cer"] / best_single if best_single else 0.0
+    ok = below >= report["settings"]["target_below_best_single"] and latin["auto"]["cer"] <= latin["ppocr"]["cer"]
+    return below, ok
+
+
+def render(report: dict) -> str:
+    lines = [f"Fraktur and Latin devset images read by each arm, `{report['commit']}`, in-process, one thread "
+             "(CER after NFKC, case and whitespace normalisation, pooled; edits / characters):", "",
+             "| set | " + " | ".join(ARMS) + " |", "|---|" + "---|" * len(ARMS)]
+    for kind, arms in report["sets"].items():
+        lines.append(f"| {kind} | " + " | ".join(f"{arms[a]['cer']:.4f} ({arms[a]['edits']}/{arms[a]['chars']})"
+                                                  for a in ARMS) + " |")
+    lines += ["", "Per image (edits):", "", "| image | set | " + " | ".join(ARMS) + " |", "|---|---|" + "---|" * len(ARMS)]
+    for row in report["images"]:
+        lines.append(f"| {row['image']} | {row['set']} | " + " | ".join(str(row[a]) for a in ARMS) + " |")
+    cost = report["cpu_ms_per_page_mean"]
+    lines += ["", "CPU ms per page, mean over these images: " + ", ".join(f"{a} {cost[a]:.0f}" for a in ARMS) + "."]
+    below, ok = verdict(report)
+    lines += ["", f"rule_words on the Fraktur lines: {100 * below:.1f}% below the better single engine "
+              f"(target 15%); auto on Latin no worse than ppocr alone: "
+              f"{report['sets']['latin']['auto']['cer'] <= report['sets']['latin']['ppocr']['cer']}: "
+              f"{'PASS' if ok else 'FAIL'}"]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
+    add_report_options(parser, "fraktur.json")
+    options = parser.parse_args()
+    return measure_or_render(options, lambda: measure(options), render, lambda r: verdict(r)[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

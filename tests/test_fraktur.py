@@ -1,0 +1,113 @@
+"""Fraktur read by two engines (issue 29): the word vote against Tesseract's own German word list,
+the `tesseract` engine behind the protocol, and `lang` over real HTTP. Debian's traineddata
+(tesseract-ocr-script-frak, -deu, -eng) are installed by .ci/run."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.engines.fraktur import Spelling, combine
+from app.engines.tesseract import TesseractEngine, WordList
+from app.schemas import TextLine
+from app.synthetic import png_bytes, render_text_page
+
+GERMAN_LINES = ["Der Gebrauch seiner Vernunft", "muss jederzeit frei sein", "und zwar ohne Fremde"]
+
+
+@pytest.fixture(scope="module")
+def spelling() -> Spelling:
+    return Spelling(WordList(Settings().tesseract.tessdata_dir, "deu"))
+
+
+def test_the_word_list_is_german(spelling):
+    assert spelling.knows("Vernunft") and spelling.knows("sich") and spelling.knows("ſind")  # a long s is an s
+    assert not spelling.knows("Bernunft") and not spelling.knows("fich") and not spelling.knows("ift")
+
+
+@pytest.mark.parametrize("ppocr, tesseract, expected", [
+    # PP-OCR's long s read as f: the word it becomes wins, whatever Tesseract made of it
+    ("weil fie fich zuleßt", "weil ſie ſi< zulebt", "weil sie sich"),
+    # a word of the list beats a misreading, either way round
+    ("seiner Bernunft in", "ſeiner Vernunft in", "seiner Vernunft in"),
+    ("Daher kann ein", "Daher fann ein", "Daher kann ein"),
+    # neither is a word: the more German spelling
+    ("Schlaftrunfen, im", "Schlaftrunken, im", "Schlaftrunken, im"),
+])
+def test_each_pair_of_words_keeps_the_better_reading(spelling, ppocr, tesseract, expected):
+    assert unicodedata.normalize("NFKC", spelling.merge(ppocr, tesseract)).startswith(expected)  # ſ is an s
+
+
+def test_words_read_alike_keep_ppocrs_spelling_and_a_stray_mark_is_dropped(spelling):
+    assert spelling.merge("ihre Urheber gewesen", "ihre. Urheber „ geweſen") == "ihre Urheber gewesen"
+
+
+def test_a_page_is_told_fraktur_from_ppocrs_long_s_misreadings(spelling):
+    def lines(*texts):
+        return [TextLine(quad=[[0, 0], [9, 0], [9, 9], [0, 9]], text=t, confidence=0.9) for t in texts]
+
+    assert spelling.looks_like_fraktur(lines("Hier ift überall Einschränkung", "fondern neue Vorurtheile"))
+    assert not spelling.looks_like_fraktur(lines("Hier ist überall Einschränkung", "sondern neue Vorurtheile"))
+    assert not spelling.looks_like_fraktur(lines("TOTAL AMOUNT 57.80", "THANK YOU PLEASE COME AGAIN"))
+
+
+def test_lines_are_matched_by_row_and_an_unmatched_line_keeps_ppocrs_reading(spelling):
+    def line(y, text):
+        return TextLine(quad=[[0, y], [200, y], [200, y + 20], [0, y + 20]], text=text, confidence=0.9)
+
+    merged = combine([line(0, "weil fich"), line(40, "Bernunft hier")], [line(42, "Vernunft hier")], spelling)
+    assert [m.text for m in merged] == ["weil fich", "Vernunft hier"]  # the first: only PP-OCR read it
+    assert [w.text for w in merged[1].words] == ["Vernunft", "hier"]
+
+
+def test_the_tesseract_engine_reads_a_page_into_lines_and_words():
+    settings = Settings(tesseract={"model": "eng"})
+    engine = TesseractEngine(settings, threads=1)
+    engine.load()
+    [result] = engine.infer([np.asarray(render_text_page(GERMAN_LINES))])
+    assert [line.text for line in result.lines] == GERMAN_LINES
+    first = result.lines[0]
+    assert [w.text for w in first.words] == GERMAN_LINES[0].split()
+    xs = [w.quad[0][0] for w in first.words]
+    assert xs == sorted(xs) and all(0 < w.confidence <= 1 for w in first.words)
+
+
+# -- over HTTP --
+
+def ocr(client, png: bytes, **params):
+    response = client.post("/v1/ocr", params=params, files={"file": ("page.png", png, "image/png")})
+    return response
+
+
+def test_lang_chooses_the_fraktur_pass_per_request(client):
+    page = png_bytes(render_text_page(GERMAN_LINES))
+    hinted = ocr(client, page, lang="deu-frak")
+    assert hinted.status_code == 200, hinted.text
+    [result] = hinted.json()["pages"]
+    assert "read as Fraktur by PP-OCR and Tesseract" in result["notes"]
+    assert result["text"].split() == " ".join(GERMAN_LINES).split()  # both engines read a clean page alike
+    [plain] = ocr(client, page, lang="latin").json()["pages"]
+    [auto] = ocr(client, page).json()["pages"]
+    assert plain["notes"] == [] and auto["notes"] == []  # nothing on this page looks like Fraktur
+
+
+def test_an_unknown_lang_is_a_400(client):
+    response = ocr(client, png_bytes(render_text_page(GERMAN_LINES)), lang="klingon")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_request"
+
+
+def test_a_job_keeps_the_requests_lang(client):
+    from app.testkit.jobs import wait_finished
+
+    page = png_bytes(render_text_page(GERMAN_LINES))
+    hinted = client.post("/v1/jobs", data={"lang": "deu-frak"}, files={"file": ("p.png", page, "image/png")})
+    plain = client.post("/v1/jobs", files={"file": ("p.png", page, "image/png")})
+    assert hinted.status_code == plain.status_code == 202, hinted.text
+    for job in (hinted, plain):
+        assert wait_finished(client, job.json()["id"])["status"] == "succeeded"
+    notes = [client.get(f"/v1/jobs/{job.json()['id']}/result").json()["pages"][0]["notes"] for job in (hinted, plain)]
+    assert notes == [["read as Fraktur by PP-OCR and Tesseract"], []]
