@@ -26,6 +26,14 @@ Sets: every image of the devset manifest, at the bundled engine's input budget, 
 A second table compares the forms a page can travel in between deployments on the devset's
 engine-sized pages (CPU to make and to read it back, and its size), which is why the
 working tree sends raw pixels.
+
+A third table is issue 29's additions, each on the pages it runs on, in this process (the working
+tree; CPU of the process, every thread; the additions alternating over rounds):
+  - the orientation check (app/orientation/confirm.py): only on a page whose turn the looks found,
+    so measured on the devset's pages turned 90 degrees (the detector's boxes and the lines' votes);
+  - the engine routing with `lang=auto`, the default (app/engines/fraktur.py): on every page, the
+    test of PP-OCR's words for long-s misreadings (the lines read once beforehand, untimed);
+  - the Fraktur pass: on the pages that test finds Fraktur, Tesseract's reading and the word vote.
 """
 
 from __future__ import annotations
@@ -109,7 +117,9 @@ def payload_maker(settings, to_payload):
         return lambda page, index: to_payload(page, index, "cpu_cost")
     from app.orientation.upright import Orienter
 
-    orienter = Orienter(os.environ.get(ORIENTATION_ENV, "off"), Settings().orientation_min_share)
+    mode = os.environ.get(ORIENTATION_ENV, "off")
+    share = getattr(settings, "orientation_min_share", None)  # a tree from before the lines' check has none
+    orienter = Orienter(mode) if share is None else Orienter(mode, share)
 
     def payload_of(page, index):
         image, turned = orienter.upright(page.image, None)
@@ -260,6 +270,63 @@ def transport_table(devset: list, rounds: int) -> dict:
             for name in FORMS} | {"pages": len(images)}
 
 
+# --- issue 29's additions ------------------------------------------------------------------------
+
+def additions_table(devset: list, rounds: int) -> dict:
+    """CPU ms per page of each addition on the pages it runs on (see the module's docstring)."""
+    import numpy as np
+
+    from app.config import Settings
+    from app.engines import input_budget
+    from app.engines.fraktur import FrakturPass
+    from app.engines.ppocr import PPOCREngine
+    from app.orientation.confirm import line_votes
+    from app.orientation.geometry import turn
+    from app.orientation.models import LineReader
+    from app.pipeline.page_size import Target, as_rgb, fit_to_budget
+    from app.sandbox.documents import iter_pages
+
+    settings = Settings()
+    budget = input_budget(settings)
+    target = Target(budget.max_side, budget.max_pixels)
+    pages = [as_rgb(np.asarray(fit_to_budget(page.image, budget.max_side, budget.max_pixels)[0]))
+             for data, content_type in devset
+             for page in iter_pages(data, content_type, None, settings.limits, target)]
+    engine = PPOCREngine(settings, threads=1)
+    engine.load()
+    lines = [engine.infer([page], langs=["latin"])[0].lines for page in pages]  # untimed: the engine's own work
+    fraktur = FrakturPass(settings.tesseract.tessdata_dir, threads=1)
+    found = [i for i, page_lines in enumerate(lines) if fraktur.wanted(page_lines, "auto")]
+    reader = LineReader()
+    turned = [turn(page, 270) for page in pages]  # uploaded so that a turn of 90 makes it upright
+
+    def check():
+        for page in turned:
+            line_votes(page, reader.boxes(page), reader)
+
+    def routing():
+        for page_lines in lines:
+            fraktur.wanted(page_lines, "auto")
+
+    def second_reading():
+        for i in found:
+            fraktur.apply(pages[i], lines[i])
+
+    steps = {"orientation check": (check, len(turned)), "routing, lang=auto": (routing, len(lines)),
+             "Fraktur pass": (second_reading, len(found))}
+    for step, _ in steps.values():
+        step()  # warm
+    samples: dict = {name: [] for name in steps}
+    for round_ in range(rounds):
+        order = list(steps)[round_ % 3:] + list(steps)[:round_ % 3]
+        for name in order:
+            step, count = steps[name]
+            started = time.process_time()
+            step()
+            samples[name].append((time.process_time() - started) * 1000 / max(1, count))
+    return {name: {"pages": steps[name][1], "cpu_ms_per_page": summary(samples[name])} for name in steps}
+
+
 # --- the run, the report ------------------------------------------------------------------------
 
 def measure(options) -> dict:
@@ -295,7 +362,8 @@ def measure(options) -> dict:
             "settings": {"rounds": options.rounds, "engine": "ppocr (its input budget)", "pdf_dpi": 150,
                          "decode_workers": 1, "target_ratio": TARGET,
                          "arms": "before; after with orientation: off; after with orientation: auto"},
-            "sets": results, "transport": transport_table(sets["devset"], options.rounds)}
+            "sets": results, "transport": transport_table(sets["devset"], options.rounds),
+            "additions": additions_table(sets["devset"], options.rounds)}
 
 
 def render(report: dict) -> str:
@@ -320,6 +388,15 @@ def render(report: dict) -> str:
             cpu = row["cpu_ms_per_page"]
             rows.append(f"| {name} | {cpu['median']:.1f} ({cpu['min']:.1f}-{cpu['max']:.1f}) "
                         f"| {row['mean_bytes_per_page'] / 2**20:.2f} MiB |")
+    if "additions" in report:
+        rows += ["", "Issue 29's additions, each on the devset pages it runs on (in process, one thread):", "",
+                 "| addition | runs on | pages | CPU ms/page |", "|---|---|---|---|"]
+        runs_on = {"orientation check": "pages whose turn the looks found (here: turned 90)",
+                   "routing, lang=auto": "every page", "Fraktur pass": "pages found Fraktur"}
+        for name, row in report["additions"].items():
+            cpu = row["cpu_ms_per_page"]
+            rows.append(f"| {name} | {runs_on.get(name, '')} | {row['pages']} | "
+                        f"{cpu['median']:.1f} ({cpu['min']:.1f}-{cpu['max']:.1f}) |")
     return "\n".join(rows)
 
 
