@@ -88,9 +88,10 @@ class TesseractOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tessdata_dir: str = Field(
-        "/usr/share/tesseract-ocr/5/tessdata", description="Where the traineddata are (Debian's packages "
-        "tesseract-ocr-script-frak, tesseract-ocr-deu, tesseract-ocr-eng put them here); nothing is fetched."
+    tessdata_dir: Optional[str] = Field(
+        None, description="Where the traineddata are; default: where Debian's and Ubuntu's packages "
+        "(tesseract-ocr-script-frak, -deu, -eng) put them, /usr/share/tesseract-ocr/5/tessdata or .../4.00/tessdata. "
+        "Nothing is fetched."
     )
     model: str = Field("Fraktur", description="The `tesseract` engine's model(s), as Tesseract names them "
                        "(Fraktur, deu, eng, Fraktur+deu).")

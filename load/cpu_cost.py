@@ -130,6 +130,8 @@ def payload_maker(settings, to_payload):
 def run_arm(docs_file: str) -> dict:
     """Every set's CPU seconds and pages, measured with the `app` of the arm's tree (the cwd)."""
     sys.path.insert(0, os.getcwd())  # before this repository's root, which the module put first
+    for name in [name for name in sys.modules if name == "app" or name.startswith("app.")]:
+        del sys.modules[name]  # load.common imported this repository's app; the arm's tree's is wanted
     import app
     from app.config import Settings
     from app.engines import input_budget

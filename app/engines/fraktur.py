@@ -152,11 +152,12 @@ def combine(ppocr_lines: list[TextLine], tesseract_lines: list[TextLine], spelli
 class FrakturPass:
     """What the ppocr engine asks after reading a page: is it Fraktur, and if so, both engines' words."""
 
-    def __init__(self, tessdata_dir: str, threads: int):
-        from app.engines.tesseract import TesseractReader
+    def __init__(self, configured_tessdata: Optional[str], threads: int):
+        from app.engines.tesseract import TesseractReader, tessdata_dir
 
-        self._reader = TesseractReader(tessdata_dir, "Fraktur", threads)
-        self._spelling = Spelling(WordList(tessdata_dir, "deu"))
+        where = tessdata_dir(configured_tessdata)
+        self._reader = TesseractReader(where, "Fraktur", threads)
+        self._spelling = Spelling(WordList(where, "deu"))
 
     def wanted(self, lines: list[TextLine], lang: Optional[str]) -> bool:
         if lang == "deu-frak":

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import unicodedata
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -28,6 +29,17 @@ MAX_SIDE = 4000  # Tesseract reads at the scan's own resolution; larger pages ar
 # The engine gets pixels without the file's DPI; Tesseract then assumes 70 and takes a 300 dpi page's
 # specks for text (the devset's Kant page: CER 0.147 at the assumed 70, 0.101 told 300).
 SOURCE_DPI = 300
+
+
+PACKAGED_TESSDATA = ("/usr/share/tesseract-ocr/5/tessdata", "/usr/share/tesseract-ocr/4.00/tessdata")
+
+
+def tessdata_dir(configured: Optional[str]) -> str:
+    """`tesseract.tessdata_dir`, or the first directory Debian's or Ubuntu's packages fill (5 on Debian
+    13 and 12, 4.00 on Ubuntu 22.04, the image's base), or the first of them where none is there yet."""
+    if configured:
+        return configured
+    return next((path for path in PACKAGED_TESSDATA if Path(path).is_dir()), PACKAGED_TESSDATA[0])
 
 
 def _quad(box) -> list:
@@ -107,13 +119,14 @@ class TesseractEngine:
         import tesserocr
 
         self._options = settings.tesseract
+        self._tessdata = tessdata_dir(self._options.tessdata_dir)
         self._threads = threads
         self._reader = None
         self.info = EngineInfo(name="tesseract", version=f"tesserocr-{tesserocr.__version__}/{self._options.model}",
-                               device="cpu", details={"threads": threads, "tessdata_dir": self._options.tessdata_dir})
+                               device="cpu", details={"threads": threads, "tessdata_dir": self._tessdata})
 
     def load(self) -> None:
-        self._reader = TesseractReader(self._options.tessdata_dir, self._options.model, self._threads)
+        self._reader = TesseractReader(self._tessdata, self._options.model, self._threads)
 
     def warmup(self) -> None:
         if not self.infer([np.asarray(render_text_page())])[0].lines:
