@@ -88,13 +88,13 @@ def ray_hop(value):
 
 
 def arm_module(*names: str):
-    """The first of these modules that the arm's tree has: modules moved between commits
-    (app/documents.py into app/sandbox/, app/preprocess.py and app/page_size.py into app/pipeline/)."""
+    """The first of these modules that the arm's tree (the cwd) has: modules moved between commits
+    (app/documents.py into app/sandbox/, app/preprocess.py and app/page_size.py into app/pipeline/).
+    Looked for as files, because the venv's editable install would find this repository's own."""
     for name in names:
-        try:
+        path = Path.cwd().joinpath(*name.split("."))
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
             return importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
     raise ModuleNotFoundError(f"none of {names} in this tree")
 
 
