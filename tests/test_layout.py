@@ -58,3 +58,39 @@ def test_box_from_quad_maps_back_to_source_pixels():
 def test_empty_and_degenerate_boxes():
     assert reading_order([]) == []
     assert order([Box(5, 5, 5, 9, "zero width", 1.0), box(0, 0, "ok")]) == ["ok"]
+
+
+def test_two_columns_on_the_same_baselines_are_read_column_by_column():
+    left = [box(0, 30 * i, f"L{i}", width=400) for i in range(8)]
+    right = [box(450, 30 * i, f"R{i}", width=400) for i in range(8)]  # every row shared: one band per row
+    assert order(right + left) == [f"L{i}" for i in range(8)] + [f"R{i}" for i in range(8)]
+
+
+def test_notes_in_a_margin_come_after_the_body_they_sit_beside():
+    body = [box(100, 30 * i, f"body{i}", width=600) for i in range(10)]
+    notes = [box(750, 30, "noteA", width=150), box(750, 180, "noteB", width=150)]
+    assert order(notes + body) == [f"body{i}" for i in range(10)] + ["noteA", "noteB"]
+
+
+def test_a_receipts_short_labels_and_amounts_stay_rows_even_when_they_fill_their_side():
+    # each side a third of the width and its lines filling it, as at the foot of devset receipt sroie_037
+    labels = [box(0, 30 * i, text, width=160) for i, text in enumerate(["TOTAL:", "Type 3", "GST Summary", "SR 6%"])]
+    amounts = [box(400, 30 * i, text, width=140) for i, text in enumerate(["RM 57.80", "Amount RM", "54.56", "3.27"])]
+    assert order(amounts + labels) == ["TOTAL: RM 57.80", "Type 3 Amount RM", "GST Summary 54.56", "SR 6% 3.27"]
+
+
+def test_a_two_column_page_read_by_the_engine_comes_out_column_by_column():
+    import numpy as np
+
+    from app.config import Settings
+    from app.engines.ppocr import PPOCREngine
+    from app.synthetic import render_text_page
+
+    left = [f"left column line {n} of running text" for n in range(1, 7)]
+    right = [f"right column line {n} of running text" for n in range(1, 7)]
+    page = render_text_page(left + right, width=1800, font_size=28, columns=2)  # the same baselines
+    engine = PPOCREngine(Settings(tesseract={"fraktur_pass": "off"}), threads=1)
+    engine.load()
+    [result] = engine.infer([np.asarray(page)])
+    boxes = [box_from_quad(line.quad, 1.0, line.text, line.confidence) for line in result.lines]
+    assert [line.text for line in reading_order(boxes)] == left + right

@@ -3,8 +3,11 @@
 The page is cut recursively (an XY-cut): first at every horizontal band of
 whitespace, then at a vertical gutter if the two sides are real columns. Two
 sides whose lines sit on the same rows (a receipt's labels and amounts, a table)
-are not columns: they are read row by row. What cannot be cut further is grouped
-into lines by vertical overlap and read left to right.
+are not columns: they are read row by row, unless they are running text: bands
+side by side that share a gutter, each side a real share of the width with its
+lines filling it (two columns set on the same baselines), or a body with a few
+notes in its margin, are read column by column. What cannot be cut further is
+grouped into lines by vertical overlap and read left to right.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from dataclasses import dataclass, field
 
 _MIN_GUTTER = 1.0  # a column gutter is at least this many median line heights wide
 _ROW_ALIGNED = 0.6  # share of lines matched across a gutter above which it is a table, not columns
+_ZONE_BANDS = 3  # rows side by side before they may be columns
+_COLUMN_SHARE = 0.25  # a column of text is at least this share of the zone's width...
+_FILLED = 0.6  # ...and its median line fills at least this share of the column
+_RUNNING_TEXT = 10.0  # ...and is this many times as long as it is high: sentences, not labels or amounts
+_NOTES_SHARE = 0.4  # notes in a margin sit beside at most this share of the body's lines...
+_NOTES_NARROWER = 2.5  # ...and the body is at least this many times wider
 _PARAGRAPH_GAP = 0.8  # a vertical gap this many line heights starts a new paragraph
 _HEADING_HEIGHT = 1.6  # a short paragraph of lines this much taller than the median is a heading
 
@@ -76,10 +85,64 @@ def reading_order(boxes: list[Box]) -> list[Line]:
 def _cut(boxes: list[Box], median_height: float) -> list[Line]:
     bands = _split(boxes, axis="y", min_gap=0.0)
     if len(bands) > 1:
-        return [line for band in bands for line in _cut(band, median_height)]
+        return [line for zone in _zones(bands, median_height) for line in _read_zone(zone, median_height)]
     for columns in _column_splits(boxes, median_height):
         return [line for column in columns for line in _cut(column, median_height)]
     return _group_lines(boxes)
+
+
+def _zones(bands: list[list[Box]], median_height: float) -> list[list[list[Box]]]:
+    """Consecutive bands that share a vertical gutter, together: columns whose lines sit on the same
+    rows are cut into one band per row, and only the bands side by side show the columns."""
+    zones = [[bands[0]]]
+    for band in bands[1:]:
+        joined = [b for zone_band in zones[-1] for b in zone_band] + band
+        if len(_split(joined, axis="x", min_gap=_MIN_GUTTER * median_height)) > 1:
+            zones[-1].append(band)
+        else:
+            zones.append([band])
+    return zones
+
+
+def _read_zone(zone: list[list[Box]], median_height: float) -> list[Line]:
+    """Columns of text, or a body with notes in its margin, column by column; else band by band."""
+    if len(zone) >= _ZONE_BANDS:
+        boxes = [b for band in zone for b in band]
+        parts = _split(boxes, axis="x", min_gap=_MIN_GUTTER * median_height)
+        if _text_columns(parts) or _side_notes(parts):
+            return [line for part in parts for line in _cut(part, median_height)]
+    return [line for band in zone for line in _cut(band, median_height)]
+
+
+def _width(boxes: list[Box]) -> float:
+    return max(b.x1 for b in boxes) - min(b.x0 for b in boxes)
+
+
+def _text_columns(parts: list[list[Box]]) -> bool:
+    """Columns of running text: each a real share of the width, its lines filling it and long. A table's
+    or a receipt's columns are narrow (amounts), ragged or short (labels), so they stay rows."""
+    whole = max(b.x1 for part in parts for b in part) - min(b.x0 for part in parts for b in part)
+    for part in parts:
+        lines = _group_lines(part)
+        widths = [line.boxes[-1].x1 - line.boxes[0].x0 for line in lines]
+        if len(lines) < _ZONE_BANDS or _width(part) < _COLUMN_SHARE * whole:
+            return False
+        heights = [line.height for line in lines]
+        if statistics.median(widths) < max(_FILLED * _width(part), _RUNNING_TEXT * statistics.median(heights)):
+            return False
+    return True
+
+
+def _side_notes(parts: list[list[Box]]) -> bool:
+    """A body of text and notes in a margin beside a few of its lines, far narrower than it."""
+    if len(parts) != 2:
+        return False
+    lines = sorted((_group_lines(part) for part in parts), key=len)
+    notes, body = lines
+    narrow = _width([b for line in notes for b in line.boxes]) * _NOTES_NARROWER <= _width(
+        [b for line in body for b in line.boxes])
+    return len(body) >= _ZONE_BANDS and len(notes) <= _NOTES_SHARE * len(body) and narrow and _text_columns([
+        [b for line in body for b in line.boxes]])
 
 
 def _split(boxes: list[Box], axis: str, min_gap: float) -> list[list[Box]]:
