@@ -89,6 +89,7 @@ def page_text(lines, width: int, height: int) -> str:
 
 
 def measure(options) -> dict:
+    from app.engines.tesseract import tessdata_dir
     from app.sandbox.documents import load_pages
 
     readers = Readers()
@@ -116,7 +117,8 @@ def measure(options) -> dict:
             for kind in ("fraktur_lines", "latin")}
     return {
         "benchmark": "fraktur", "commit": commit(), "machine": machine(),
-        "settings": {"manifest": str(options.manifest), "tessdata_dir": readers.settings.tesseract.tessdata_dir,
+        "settings": {"manifest": str(options.manifest),
+                     "tessdata_dir": tessdata_dir(readers.settings.tesseract.tessdata_dir),
                      "threads": 1, "target_below_best_single": 0.15},
         "sets": sets, "images": rows,
         "cpu_ms_per_page_mean": {arm: round(sum(v) / len(v), 1) for arm, v in cpu.items()},

@@ -11,7 +11,7 @@ import pytest
 
 from app.config import Settings
 from app.engines.fraktur import Spelling, combine
-from app.engines.tesseract import TesseractEngine, WordList
+from app.engines.tesseract import TesseractEngine, WordList, tessdata_dir
 from app.schemas import TextLine
 from app.synthetic import png_bytes, render_text_page
 
@@ -20,7 +20,7 @@ GERMAN_LINES = ["Der Gebrauch seiner Vernunft", "muss jederzeit frei sein", "und
 
 @pytest.fixture(scope="module")
 def spelling() -> Spelling:
-    return Spelling(WordList(Settings().tesseract.tessdata_dir, "deu"))
+    return Spelling(WordList(tessdata_dir(Settings().tesseract.tessdata_dir), "deu"))
 
 
 def test_the_word_list_is_german(spelling):
@@ -111,3 +111,16 @@ def test_a_job_keeps_the_requests_lang(client):
         assert wait_finished(client, job.json()["id"])["status"] == "succeeded"
     notes = [client.get(f"/v1/jobs/{job.json()['id']}/result").json()["pages"][0]["notes"] for job in (hinted, plain)]
     assert notes == [["read as Fraktur by PP-OCR and Tesseract"], []]
+
+
+def test_without_the_traineddata_the_engine_serves_and_a_deu_frak_page_says_why(tmp_path):
+    from app.engines.ppocr import PPOCREngine
+
+    engine = PPOCREngine(Settings(tesseract={"tessdata_dir": str(tmp_path)}), threads=1)
+    engine.load()  # warns; does not fail
+    page = np.asarray(render_text_page(GERMAN_LINES))
+    [asked, auto] = engine.infer([page, page], langs=["deu-frak", "auto"])
+    assert [line.text for line in asked.lines] == GERMAN_LINES
+    assert len(asked.notes) == 1 and "Fraktur pass is unavailable" in asked.notes[0]
+    assert str(tmp_path) not in asked.notes[0]  # the server's paths stay in its log
+    assert auto.notes == [] and engine.info.details["fraktur_pass"] is False

@@ -20,6 +20,7 @@ from PP-OCR's own reading: words that are no German word but become one with f o
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import math
 from collections import Counter
@@ -51,13 +52,19 @@ class Spelling:
 
     def __init__(self, words: WordList):
         self._words = words
-        self._trigrams: Counter = Counter()
-        self._bigrams: Counter = Counter()
-        for word in words.words:
+
+    @functools.cached_property
+    def _counts(self) -> tuple[Counter, Counter]:
+        """Letter trigrams and bigrams of the word list, counted on first use (a second at load for
+        every replica, where most never see a Fraktur page)."""
+        trigrams: Counter = Counter()
+        bigrams: Counter = Counter()
+        for word in self._words.words:
             marked = "^^" + word.lower() + "$"
             for i in range(len(marked) - 2):
-                self._trigrams[marked[i:i + 3]] += 1
-                self._bigrams[marked[i:i + 2]] += 1
+                trigrams[marked[i:i + 3]] += 1
+                bigrams[marked[i:i + 2]] += 1
+        return trigrams, bigrams
 
     def knows(self, word: str) -> bool:
         return self._words.knows(word)
@@ -68,7 +75,8 @@ class Spelling:
         if not plain:
             return -10.0
         marked = "^^" + plain + "$"
-        return sum(math.log((self._trigrams[marked[i:i + 3]] + 0.1) / (self._bigrams[marked[i:i + 2]] + 6.0))
+        trigrams, bigrams = self._counts
+        return sum(math.log((trigrams[marked[i:i + 3]] + 0.1) / (bigrams[marked[i:i + 2]] + 6.0))
                    for i in range(len(marked) - 2)) / (len(marked) - 2)
 
     def long_s_fix(self, word: str) -> Optional[str]:

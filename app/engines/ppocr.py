@@ -106,8 +106,9 @@ class PPOCREngine:
         try:
             self._fraktur = FrakturPass(self._settings.tesseract.tessdata_dir, self._threads)
         except (ImportError, OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # OSError: a file or tool missing
-            self._fraktur_missing = f"the Fraktur pass is unavailable: {exc}"
-            logger.warning("%s; Fraktur pages are read by PP-OCR alone", self._fraktur_missing)
+            self._fraktur_missing = ("the Fraktur pass is unavailable on this server (Tesseract or its traineddata "
+                                     "are not installed): read by PP-OCR alone")
+            logger.warning("the Fraktur pass is unavailable (%s); Fraktur pages are read by PP-OCR alone", exc)
         self.info.details["fraktur_pass"] = self._fraktur is not None
 
     def warmup(self) -> None:
