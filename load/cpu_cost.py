@@ -2,6 +2,8 @@
 
     python load/cpu_cost.py --before REF [--rounds 3] [--report load/results/cpu_cost.json]
     python load/cpu_cost.py --render load/results/cpu_cost.json
+    python load/cpu_cost.py --additions [--rounds 6]      # issue 29's additions alone
+    python load/cpu_cost.py --render load/results/cpu_cost_additions.json
 
 Each arm is a tree of this repository: `--before REF` (taken out with `git archive`) and the
 working tree, twice: with `orientation: off` (`after`, what issue 13's target is about) and with
@@ -27,8 +29,9 @@ A second table compares the forms a page can travel in between deployments on th
 engine-sized pages (CPU to make and to read it back, and its size), which is why the
 working tree sends raw pixels.
 
-A third table is issue 29's additions, each on the pages it runs on, in this process (the working
-tree; CPU of the process, every thread; the additions alternating over rounds):
+With --additions (its own report, load/results/cpu_cost_additions.json), issue 29's additions, each
+on the pages it runs on, in this process (the working tree; CPU of the process, every thread; the
+additions alternating over rounds):
   - the orientation check (app/orientation/confirm.py): only on a page whose turn the looks found,
     so measured on the devset's pages turned 90 degrees (the detector's boxes and the lines' votes);
   - the engine routing with `lang=auto`, the default (app/engines/fraktur.py): on every page, the
@@ -364,8 +367,27 @@ def measure(options) -> dict:
             "settings": {"rounds": options.rounds, "engine": "ppocr (its input budget)", "pdf_dpi": 150,
                          "decode_workers": 1, "target_ratio": TARGET,
                          "arms": "before; after with orientation: off; after with orientation: auto"},
-            "sets": results, "transport": transport_table(sets["devset"], options.rounds),
-            "additions": additions_table(sets["devset"], options.rounds)}
+            "sets": results, "transport": transport_table(sets["devset"], options.rounds)}
+
+
+def measure_additions(options) -> dict:
+    devset = [(sample.path.read_bytes(), sample.content_type) for sample in load_devset(options.manifest)]
+    return {"benchmark": "cpu_cost_additions", "commit": commit(), "machine": machine(),
+            "settings": {"rounds": options.rounds, "threads": 1, "manifest": str(options.manifest)},
+            "additions": additions_table(devset, options.rounds)}
+
+
+def render_additions(report: dict) -> str:
+    rows = [f"Issue 29's additions, each on the devset pages it runs on, `{report['commit']}`, in process, one "
+            f"thread, {report['settings']['rounds']} interleaved rounds (median, min-max):", "",
+            "| addition | runs on | pages | CPU ms/page |", "|---|---|---|---|"]
+    runs_on = {"orientation check": "pages whose turn the looks found (here: the devset turned 90)",
+               "routing, lang=auto": "every page", "Fraktur pass": "pages found Fraktur"}
+    for name, row in report["additions"].items():
+        cpu = row["cpu_ms_per_page"]
+        rows.append(f"| {name} | {runs_on.get(name, '')} | {row['pages']} | "
+                    f"{cpu['median']:.1f} ({cpu['min']:.1f}-{cpu['max']:.1f}) |")
+    return "\n".join(rows)
 
 
 def render(report: dict) -> str:
@@ -390,15 +412,6 @@ def render(report: dict) -> str:
             cpu = row["cpu_ms_per_page"]
             rows.append(f"| {name} | {cpu['median']:.1f} ({cpu['min']:.1f}-{cpu['max']:.1f}) "
                         f"| {row['mean_bytes_per_page'] / 2**20:.2f} MiB |")
-    if "additions" in report:
-        rows += ["", "Issue 29's additions, each on the devset pages it runs on (in process, one thread):", "",
-                 "| addition | runs on | pages | CPU ms/page |", "|---|---|---|---|"]
-        runs_on = {"orientation check": "pages whose turn the looks found (here: turned 90)",
-                   "routing, lang=auto": "every page", "Fraktur pass": "pages found Fraktur"}
-        for name, row in report["additions"].items():
-            cpu = row["cpu_ms_per_page"]
-            rows.append(f"| {name} | {runs_on.get(name, '')} | {row['pages']} | "
-                        f"{cpu['median']:.1f} ({cpu['min']:.1f}-{cpu['max']:.1f}) |")
     return "\n".join(rows)
 
 
@@ -412,12 +425,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
     parser.add_argument("--arm", help=argparse.SUPPRESS)  # internal: measure one tree, print JSON
+    parser.add_argument("--additions", action="store_true", help="measure issue 29's additions alone")
     add_report_options(parser, "cpu_cost.json")
     options = parser.parse_args()
     if options.arm:
         print(json.dumps(run_arm(options.arm)))
         return 0
     from load.common import measure_or_render
+
+    if options.additions or (options.render and "additions" in Path(options.render).name):
+        if options.report.endswith("/cpu_cost.json"):
+            options.report = str(ROOT / "load" / "results" / "cpu_cost_additions.json")
+        return measure_or_render(options, lambda: measure_additions(options), render_additions, lambda r: True)
 
     if not options.render and not options.before:
         parser.error("--before REF is needed to measure")
