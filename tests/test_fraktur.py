@@ -54,13 +54,29 @@ def test_a_page_is_told_fraktur_from_ppocrs_long_s_misreadings(spelling):
     assert not spelling.looks_like_fraktur(lines("TOTAL AMOUNT 57.80", "THANK YOU PLEASE COME AGAIN"))
 
 
-def test_lines_are_matched_by_row_and_an_unmatched_line_keeps_ppocrs_reading(spelling):
-    def line(y, text):
-        return TextLine(quad=[[0, y], [200, y], [200, y + 20], [0, y + 20]], text=text, confidence=0.9)
+def test_each_ppocr_box_gets_the_tesseract_words_inside_it_and_an_unmatched_one_keeps_its_reading(spelling):
+    from app.engines.word_boxes import TextWord
 
-    merged = combine([line(0, "weil fich"), line(40, "Bernunft hier")], [line(42, "Vernunft hier")], spelling)
-    assert [m.text for m in merged] == ["weil fich", "Vernunft hier"]  # the first: only PP-OCR read it
+    def quad(x0, y, x1):
+        return [[x0, y], [x1, y], [x1, y + 20], [x0, y + 20]]
+
+    def ppocr(x0, y, x1, text):
+        return TextLine(quad=quad(x0, y, x1), text=text, confidence=0.9)
+
+    # Tesseract saw one line across the row where PP-OCR saw two boxes: each box gets only its words
+    row = [("Bernunft", 0, 90), ("hier", 100, 140), ("ift", 300, 330), ("frei", 340, 380)]
+    tesseract = [TextLine(quad=quad(0, 42, 380), text="Vernunft hier iſt frei", confidence=0.8,
+                          words=[TextWord(quad(x0, 42, x1), t.replace("Bernunft", "Vernunft").replace("ift", "iſt"), 0.8)
+                                 for t, x0, x1 in row])]
+    merged = combine([ppocr(0, 0, 200, "weil fich"), ppocr(0, 40, 150, "Bernunft hier"), ppocr(290, 40, 390, "ift frei")],
+                     tesseract, spelling)
+    assert [unicodedata.normalize("NFKC", m.text) for m in merged] == ["weil fich", "Vernunft hier", "ist frei"]
     assert [w.text for w in merged[1].words] == ["Vernunft", "hier"]
+
+
+def test_the_chosen_word_keeps_ppocrs_punctuation(spelling):
+    assert spelling.merge("die, oder deren Borgånger, ihre", "die, oder- deren Vorgänger. ihre") == \
+        "die, oder deren Vorgänger, ihre"
 
 
 def test_the_tesseract_engine_reads_a_page_into_lines_and_words():

@@ -10,8 +10,10 @@ load/fraktur.py, docs/measurements.md "Fraktur"):
 2. a word of the German word list (deu.traineddata's own) beats one that is not;
 3. otherwise the reading more like German spelling wins: the mean log-probability of its letter
    trigrams, counted over the same word list.
-Words both read alike keep PP-OCR's spelling (Tesseract adds stray stops around words); a line
-only one engine found keeps that engine's reading.
+Each PP-OCR box gets the Tesseract words whose centre lies in it (Tesseract often sees one line
+across a row where PP-OCR sees two boxes; matched by line, both boxes got the whole line). Words both
+read alike keep PP-OCR's spelling, and a chosen word keeps PP-OCR's punctuation around it (Tesseract's
+Fraktur model adds stray stops and quotes); a box with no Tesseract word keeps PP-OCR's reading.
 
 Which pages: a request's `lang=deu-frak` says so; `lang=auto` (the default) tells a Fraktur page
 from PP-OCR's own reading: words that are no German word but become one with f or j read as ſ.
@@ -23,10 +25,11 @@ import difflib
 import functools
 import itertools
 import math
+import unicodedata
 from collections import Counter
 from typing import Optional
 
-from app.engines.tesseract import WordList, plain_word
+from app.engines.tesseract import PUNCTUATION, WordList, plain_word
 from app.schemas import TextLine
 
 LANGS = ("auto", "deu-frak", "latin")  # a request's `lang`: auto finds Fraktur pages; the others say
@@ -120,7 +123,7 @@ class Spelling:
             elif not mine:
                 merged += theirs if any(map(self.knows, theirs)) else []  # words only Tesseract saw, if words
             elif len(mine) == len(theirs):
-                merged += [self.better_word(p, t) for p, t in zip(mine, theirs)]
+                merged += [_with_punctuation_of(p, self.better_word(p, t)) for p, t in zip(mine, theirs)]
             else:  # split or joined differently: the side with more words of the list, then the more German
                 score = [(sum(map(self.knows, side)), sum(map(self.likeness, side)) / len(side))
                          for side in (mine, theirs)]
@@ -128,25 +131,45 @@ class Spelling:
         return " ".join(merged)
 
 
-def _shared_height(a: TextLine, b: TextLine) -> float:
-    ay0, ay1 = min(p[1] for p in a.quad), max(p[1] for p in a.quad)
-    by0, by1 = min(p[1] for p in b.quad), max(p[1] for p in b.quad)
-    ax0, ax1 = min(p[0] for p in a.quad), max(p[0] for p in a.quad)
-    bx0, bx1 = min(p[0] for p in b.quad), max(p[0] for p in b.quad)
-    if min(ax1, bx1) <= max(ax0, bx0):
-        return 0.0
-    return max(0.0, min(ay1, by1) - max(ay0, by0)) / max(1e-6, min(ay1 - ay0, by1 - by0))
+def _with_punctuation_of(ppocr: str, chosen: str) -> str:
+    """The chosen word's letters between PP-OCR's punctuation: Tesseract's Fraktur model adds stray
+    stops and quotes around words ("ihre.", "„der"), PP-OCR rarely."""
+    core = plain_word(chosen) if chosen != ppocr else ""
+    if not core:
+        return chosen
+    start = unicodedata.normalize("NFKC", ppocr).replace("ſ", "s").find(plain_word(ppocr)) if plain_word(ppocr) else -1
+    if start < 0:
+        return chosen
+    lead, trail = ppocr[:start], ppocr[start + len(plain_word(ppocr)):]
+    letters = chosen.strip(PUNCTUATION)
+    return lead + letters + trail
+
+
+def _bounds(quad) -> tuple[float, float, float, float]:
+    xs, ys = [p[0] for p in quad], [p[1] for p in quad]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _inside(word, line_bounds) -> bool:
+    """A Tesseract word is in a PP-OCR line where its centre is within the line's span and the two
+    share MATCH_OVERLAP of the lower one's height: two PP-OCR boxes on one row each get their words."""
+    x0, y0, x1, y1 = _bounds(word.quad)
+    lx0, ly0, lx1, ly1 = line_bounds
+    shared = max(0.0, min(y1, ly1) - max(y0, ly0)) / max(1e-6, min(y1 - y0, ly1 - ly0))
+    return lx0 <= (x0 + x1) / 2 <= lx1 and shared >= MATCH_OVERLAP
 
 
 def combine(ppocr_lines: list[TextLine], tesseract_lines: list[TextLine], spelling: Spelling) -> list[TextLine]:
-    """PP-OCR's lines (its boxes), each read again by merging the Tesseract line on the same row."""
+    """PP-OCR's lines (its boxes), each read again with the Tesseract words inside its box."""
+    words = [word for line in tesseract_lines for word in line.words]
     combined = []
     for line in ppocr_lines:
-        match = max(tesseract_lines, key=lambda other: _shared_height(line, other), default=None)
-        if match is None or _shared_height(line, match) < MATCH_OVERLAP:
+        bounds = _bounds(line.quad)
+        theirs = sorted((word for word in words if _inside(word, bounds)), key=lambda word: _bounds(word.quad)[0])
+        if not theirs:
             combined.append(line)
             continue
-        text = spelling.merge(line.text, match.text)
+        text = spelling.merge(line.text, " ".join(word.text for word in theirs))
         if text == line.text:
             combined.append(line)
         else:

@@ -143,9 +143,12 @@ class TesseractEngine:
             raise RuntimeError("tesseract engine is not loaded")
 
 
+PUNCTUATION = ".,;:!?()[]{}\"'’‘‚„“”«»-—_<>|"
+
+
 def plain_word(word: str) -> str:
     """A word as the word list spells it: NFKC, long s as s, without the punctuation around it."""
-    return unicodedata.normalize("NFKC", word).replace("ſ", "s").strip(".,;:!?()[]{}\"'’‘‚„“”«»-—")
+    return unicodedata.normalize("NFKC", word).replace("ſ", "s").strip(PUNCTUATION)
 
 
 class WordList:
