@@ -169,6 +169,7 @@ class Settings(BaseModel):
     engine: str = Field(
         "ppocr", description="ppocr: the bundled CPU engine; vlm: a transformers model from model_dir; vllm: "
         "Qwen2/2.5-VL models on vLLM with continuous batching (its own environment: make install-vllm); "
+        "tesseract: Tesseract alone through tesserocr, with Debian's traineddata (tesseract.model; docs/engines.md); "
         "null: reads nothing, at once (for measuring the pipeline: load/overhead.py); or package.module:Class, "
         "an engine of one's own behind the same protocol (app/engines/registry.py)."
     )

@@ -48,7 +48,7 @@ def test_every_registered_engine_is_built_one_way_and_knows_its_budget(name, tmp
 
 def test_an_unknown_engine_is_refused_by_the_settings():
     with pytest.raises(ValueError, match="engine must be one of"):
-        Settings(engine="tesseract")
+        Settings(engine="nonesuch")
 
 
 def test_an_engine_of_ones_own_is_one_module_plus_its_settings():
