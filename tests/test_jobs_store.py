@@ -12,7 +12,7 @@ import redis
 
 from app.config import Jobs, Settings
 from app.jobs.model import Job
-from app.jobs.sqlite_store import _ADDED_COLUMNS, _SCHEMA
+from app.jobs.sqlite_schema import ADDED_COLUMNS, SCHEMA
 from app.jobs.store import open_store
 from app.errors import InsufficientStorage, QuotaExceeded
 from app.jobs.quotas import Admission
@@ -66,8 +66,8 @@ def test_a_sqlite_store_from_before_orientation_gains_the_column(tmp_path):
     import sqlite3
 
     path = tmp_path / "old.sqlite3"
-    old_schema = _SCHEMA
-    for name, kind in _ADDED_COLUMNS.items():
+    old_schema = SCHEMA
+    for name, kind in ADDED_COLUMNS.items():
         old_schema = old_schema.replace(f", {name} {kind}", "")
     old_schema = old_schema.replace("CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);", "")
     assert "orientation" not in old_schema and "stored_bytes" not in old_schema

@@ -1,12 +1,12 @@
 """The JobRunner deployment: claims queued jobs under a lease and sends their pages through the graph.
 
-Each replica runs one claim loop (started with the replica, restarted by `check_health` if it
-ever stops). A claimed job is leased for `jobs.lease_s` and renewed every third of it; a runner
-that dies stops renewing, its lease lapses, and the next claim (here or on any other runner)
-goes on from the pages the store has not recorded. Per job at most `jobs.max_inflight_pages`
+Each replica runs one claim loop (restarted by `check_health` if it ever stops). A claimed job
+is leased for `jobs.lease_s` and renewed every third of it; a runner that dies stops renewing,
+its lease lapses, and the next claim (here or on any other runner) goes on from the pages the
+store has not recorded. Per job at most `jobs.max_inflight_pages`
 pages are in the graph at once, so a 500-page job cannot crowd out synchronous requests.
-A turn's pages are rendered in one Preprocessor stream (one decode of the document), then OCR'd
-and postprocessed exactly like a page of /v1/ocr, and each result is written as it completes.
+A turn's pages are rendered in one Preprocessor stream (app/jobs/rendering.py), then OCR'd and
+postprocessed exactly like a page of /v1/ocr, and each result is written as it completes.
 The document is read from the store and put in Ray's object store once per job on this runner:
 every turn and every page retried alone passes that reference, not the bytes again (a replica on
 the same node maps it, one on another node fetches it once). A job may spend at most its
@@ -18,9 +18,8 @@ the next claim takes the client served longest ago (app/jobs/store.py), so a cli
 job waits at most one turn behind another client's backlog. The document of a job between
 turns stays in a small cache, so a turn does not read it from the store again.
 
-A full store (InsufficientStorage on writing a result) pauses this runner's claims, with a
-growing pause up to a minute: OCR of pages whose results cannot be written would be lost work
-done again and again.
+A full store (InsufficientStorage on writing a result) pauses this runner's claims, up to a minute:
+OCR of pages whose results cannot be written would be lost work done again and again.
 """
 
 from __future__ import annotations
@@ -30,10 +29,8 @@ import dataclasses
 import logging
 import time
 import uuid
-from itertools import groupby
-from typing import AsyncIterator, Optional
+from typing import Optional
 
-import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
@@ -43,6 +40,7 @@ from app.errors import InsufficientStorage, to_error
 from app.jobs.callbacks import CallbackSender
 from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import DocumentLost, open_store
+from app.jobs.rendering import TurnRenderer
 from app.jobs.turns import DecodeBudget, DocumentCache, PageFailure
 from app.pipeline.page_pipeline import EngineIdentity, read_page
 from app.pipeline.retry import backoff_s
@@ -51,24 +49,18 @@ from app.schemas import PagePayload
 logger = logging.getLogger("ray.serve")
 
 
-def page_spec(numbers: list[int]) -> str:
-    """[1, 2, 3, 7] -> '1-3,7': the `pages` parameter the Preprocessor understands."""
-    runs = [[n for _, n in run] for _, run in groupby(enumerate(numbers), key=lambda item: item[1] - item[0])]
-    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
-
-
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class JobRunner:
     def __init__(self, jobs: Jobs, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
                  postprocessor: DeploymentHandle):
         self._jobs = jobs
         self._store = open_store(jobs)
-        self._pre = preprocessor.options(stream=True)
         self._ocr = ocr_model
         self._post = postprocessor
         self._owner = f"runner-{uuid.uuid4().hex[:12]}"
         self._active: dict[str, asyncio.Task] = {}
         self._engine = EngineIdentity(ocr_model)
+        self._render = TurnRenderer(preprocessor, jobs.page_retries, self._count_retry)
         self._wake: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
         self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0, "turns": 0,
@@ -202,7 +194,7 @@ class JobRunner:
         slots = asyncio.Semaphore(self._jobs.max_inflight_pages)
         tasks: list[asyncio.Task] = []
         try:
-            async for item in self._rendered(job, document, todo):
+            async for item in self._render.pages(job, document, todo):
                 item = self._budget.charge(job, item)
                 await slots.acquire()
                 tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
@@ -247,40 +239,6 @@ class JobRunner:
             self.stats["finished"] += 1
             metrics.inc("ocr_jobs_finished_total", status=status)
             logger.info("job %s: %s (%d done, %d failed)", job.id, status, current.done, current.failed)
-
-    async def _rendered(self, job: Job, document: ray.ObjectRef, numbers: list[int]) -> AsyncIterator:
-        """The pages of one turn as they render. A stream that fails is retried page by page, so one
-        bad page fails alone; a page that fails alone is retried on retryable errors, then reported."""
-        seen: set[int] = set()
-        try:
-            async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers),
-                                                         job.orientation, max_pages=len(numbers)):
-                seen.add(payload.page_number)
-                yield payload
-            return
-        except Exception as exc:
-            if len(numbers) == 1:
-                yield await self._render_alone(job, document, numbers[0], exc)
-                return
-        for number in numbers:
-            if number not in seen:
-                async for item in self._rendered(job, document, [number]):
-                    yield item
-
-    async def _render_alone(self, job: Job, document: ray.ObjectRef, number: int, first: Exception):
-        error = to_error(first, job.id)
-        for attempt in range(self._jobs.page_retries):
-            if not error.retryable:
-                break
-            self.stats["page_retries"] += 1
-            await asyncio.sleep(backoff_s(attempt))
-            try:
-                async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number),
-                                                         job.orientation):
-                    return payload
-            except Exception as exc:
-                error = to_error(exc, job.id)
-        return PageFailure(number, error.body()["error"])
 
     async def _page(self, job: Job, item, index_of: dict, slots: asyncio.Semaphore) -> None:
         try:

@@ -20,39 +20,12 @@ import time
 from typing import Optional
 
 from app.errors import InsufficientStorage
-from app.jobs.model import CALLBACK_PENDING, FINISHED, QUEUED, RUNNING, Job
+from app.jobs.model import CALLBACK_PENDING, FINISHED, RUNNING, Job
 from app.jobs.quotas import Admission, Usage, first_exceeded, quota_exceeded, store_full
+from app.jobs.sqlite_schema import (
+    ADDED_COLUMNS, COLUMNS, SCHEMA, UNFINISHED, WAL_SIZE_LIMIT, dumps, job_from_row, row_of,
+)
 from app.jobs.store import DocumentLost, JobStore
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY, status TEXT NOT NULL, client TEXT NOT NULL, content_type TEXT, filename TEXT,
-    document_sha256 TEXT NOT NULL, pages TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL,
-    finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
-    idempotency_key TEXT, orientation TEXT, page_count INTEGER NOT NULL DEFAULT 0,
-    document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0,
-    keep_document INTEGER NOT NULL DEFAULT 0, callback_url TEXT, callback TEXT, callback_due REAL, lang TEXT);
-CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
-CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);
-CREATE TABLE IF NOT EXISTS turns (client TEXT PRIMARY KEY, last REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS page_results (
-    job_id TEXT NOT NULL, page_number INTEGER NOT NULL, result TEXT, error TEXT,
-    PRIMARY KEY (job_id, page_number));
-CREATE TABLE IF NOT EXISTS idempotency (
-    client TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL, PRIMARY KEY (client, key));
-"""
-_COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
-            "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation",
-            "keep_document", "callback_url", "callback", "lang")
-_UNFINISHED = (QUEUED, RUNNING)
-WAL_SIZE_LIMIT = 64 * 1024 * 1024
-# Columns added after the first release, with their type: an older file gains them at open.
-_ADDED_COLUMNS = {"orientation": "TEXT", "page_count": "INTEGER NOT NULL DEFAULT 0",
-                  "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0",
-                  "keep_document": "INTEGER NOT NULL DEFAULT 0", "callback_url": "TEXT", "callback": "TEXT",
-                  "callback_due": "REAL", "lang": "TEXT"}
-
 
 class SQLiteJobStore(JobStore):
     def __init__(self, path: str):
@@ -68,13 +41,13 @@ class SQLiteJobStore(JobStore):
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")  # the log shrinks back after checkpoints
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         self._add_missing_columns()
 
     def _add_missing_columns(self) -> None:
         """A store written by an earlier release gains the newer columns (orientation NULL: the settings')."""
         present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        for name, kind in _ADDED_COLUMNS.items():
+        for name, kind in ADDED_COLUMNS.items():
             if name not in present:
                 self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
@@ -111,9 +84,9 @@ class SQLiteJobStore(JobStore):
                 self._admit(db, job, len(document), admission)
             if idempotency_key:
                 db.execute("INSERT OR REPLACE INTO idempotency VALUES (?,?,?)", (job.client, idempotency_key, job.id))
-            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, idempotency_key, page_count, document_bytes, "
-                       f"stored_bytes) VALUES ({', '.join('?' * (len(_COLUMNS) + 4))})",
-                       (*_row(job), idempotency_key, len(job.pages), len(document), len(document)))
+            db.execute(f"INSERT INTO jobs ({', '.join(COLUMNS)}, idempotency_key, page_count, document_bytes, "
+                       f"stored_bytes) VALUES ({', '.join('?' * (len(COLUMNS) + 4))})",
+                       (*row_of(job), idempotency_key, len(job.pages), len(document), len(document)))
             db.execute("INSERT INTO documents VALUES (?,?)", (job.id, sqlite3.Binary(document)))
             return job.id, True
 
@@ -136,7 +109,7 @@ class SQLiteJobStore(JobStore):
     def _admit(self, db, job: Job, size: int, admission: Admission) -> None:
         jobs, pages, stored = db.execute(
             "SELECT COALESCE(SUM(status IN (?,?)), 0), COALESCE(SUM(CASE WHEN status IN (?,?) THEN page_count END), 0), "
-            "COALESCE(SUM(stored_bytes), 0) FROM jobs WHERE client=?", (*_UNFINISHED, *_UNFINISHED, job.client)
+            "COALESCE(SUM(stored_bytes), 0) FROM jobs WHERE client=?", (*UNFINISHED, *UNFINISHED, job.client)
         ).fetchone()
         exceeded = first_exceeded(Usage(jobs, pages, stored), len(job.pages), size, admission)
         if exceeded:
@@ -152,10 +125,10 @@ class SQLiteJobStore(JobStore):
             raise store_full(f"jobs.min_free_bytes={admission.min_free_bytes} would no longer be free on its disk")
 
     def get(self, job_id: str) -> Optional[Job]:
-        rows = self._query(f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE id=?", (job_id,))
+        rows = self._query(f"SELECT {', '.join(COLUMNS)} FROM jobs WHERE id=?", (job_id,))
         if not rows:
             return None
-        job = _job(rows[0])
+        job = job_from_row(rows[0])
         counts = self._query("SELECT COUNT(result), COUNT(error) FROM page_results WHERE job_id=?", (job_id,))[0]
         job.done, job.failed = counts
         return job
@@ -166,7 +139,7 @@ class SQLiteJobStore(JobStore):
             row = db.execute(
                 "SELECT jobs.id, jobs.client FROM jobs LEFT JOIN turns ON turns.client = jobs.client "
                 "WHERE status IN (?,?) AND lease_until < ? ORDER BY COALESCE(turns.last, 0), created_at LIMIT 1",
-                (*_UNFINISHED, now)).fetchone()
+                (*UNFINISHED, now)).fetchone()
             if row is None:
                 return None
             db.execute("UPDATE jobs SET owner=?, lease_until=?, status=?, started_at=COALESCE(started_at, ?) "
@@ -191,19 +164,19 @@ class SQLiteJobStore(JobStore):
         rows = self._query("SELECT data FROM documents WHERE job_id=?", (job_id,))
         if rows:
             return bytes(rows[0][0])
-        if self._query("SELECT 1 FROM jobs WHERE id=? AND status IN (?,?)", (job_id, *_UNFINISHED)):
+        if self._query("SELECT 1 FROM jobs WHERE id=? AND status IN (?,?)", (job_id, *UNFINISHED)):
             raise DocumentLost(job_id)
         return None
 
     def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
                     error: Optional[dict] = None) -> bool:
-        body, failure = _dumps(result), _dumps(error)
+        body, failure = dumps(result), dumps(error)
 
         def work(db):
             written = db.execute(
                 "INSERT OR IGNORE INTO page_results SELECT ?,?,?,? WHERE EXISTS "
                 "(SELECT 1 FROM jobs WHERE id=? AND status IN (?,?))",
-                (job_id, page_number, body, failure, job_id, *_UNFINISHED)).rowcount == 1
+                (job_id, page_number, body, failure, job_id, *UNFINISHED)).rowcount == 1
             if written:
                 db.execute("UPDATE jobs SET stored_bytes = stored_bytes + ? WHERE id=?",
                            (len(body or failure or ""), job_id))
@@ -222,11 +195,11 @@ class SQLiteJobStore(JobStore):
 
     def unfinished_created_before(self, cutoff: float) -> list[str]:
         return [row[0] for row in self._query("SELECT id FROM jobs WHERE status IN (?,?) AND created_at < ?",
-                                              (*_UNFINISHED, cutoff))]
+                                              (*UNFINISHED, cutoff))]
 
     def unfinished_counts(self) -> dict[str, int]:
-        rows = self._query("SELECT status, COUNT(*) FROM jobs WHERE status IN (?,?) GROUP BY status", _UNFINISHED)
-        return {status: 0 for status in _UNFINISHED} | dict(rows)
+        rows = self._query("SELECT status, COUNT(*) FROM jobs WHERE status IN (?,?) GROUP BY status", UNFINISHED)
+        return {status: 0 for status in UNFINISHED} | dict(rows)
 
     def results(self, job_id: str) -> dict[int, dict]:
         rows = self._query("SELECT page_number, result, error FROM page_results WHERE job_id=?", (job_id,))
@@ -244,7 +217,7 @@ class SQLiteJobStore(JobStore):
                 "callback = CASE WHEN callback_url IS NULL THEN NULL ELSE ? END, "
                 "callback_due = CASE WHEN callback_url IS NULL THEN NULL ELSE ? END "
                 f"WHERE id=? AND status NOT IN ({', '.join('?' * len(FINISHED))}) AND (? IS NULL OR owner=?)",
-                (status, now, now + ttl_s, _dumps(error), _dumps(engine), _dumps(CALLBACK_PENDING), now, job_id,
+                (status, now, now + ttl_s, dumps(error), dumps(engine), dumps(CALLBACK_PENDING), now, job_id,
                  *FINISHED, owner, owner)).rowcount
             if changed:  # the results are what is kept, and the document where the client asked for it
                 db.execute("DELETE FROM documents WHERE job_id=? AND job_id NOT IN "
@@ -267,7 +240,7 @@ class SQLiteJobStore(JobStore):
 
     def record_callback(self, job_id: str, state: dict, due: Optional[float]) -> None:
         self._transaction(lambda db: db.execute("UPDATE jobs SET callback=?, callback_due=? WHERE id=?",
-                                                (_dumps(state), due, job_id)))
+                                                (dumps(state), due, job_id)))
 
     def delete(self, job_id: str) -> bool:
         def work(db):
@@ -294,23 +267,3 @@ class SQLiteJobStore(JobStore):
 def _is_full(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(exc)
-
-
-def _dumps(value) -> Optional[str]:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _row(job: Job) -> tuple:
-    return (job.id, job.status, job.client, job.content_type, job.filename, job.document_sha256,
-            json.dumps(job.pages), job.created_at, job.started_at, job.finished_at, job.expires_at,
-            _dumps(job.error), _dumps(job.engine), job.owner, job.lease_until, job.orientation, int(job.keep_document),
-            job.callback_url, _dumps(job.callback), job.lang)
-
-
-def _job(row) -> Job:
-    values = dict(zip(_COLUMNS, row))
-    for name in ("pages", "error", "engine", "callback"):
-        values[name] = json.loads(values[name]) if values[name] is not None else None
-    values["pages"] = values["pages"] or []
-    values["keep_document"] = bool(values["keep_document"])
-    return Job(**values)

@@ -1,0 +1,63 @@
+"""A job's turn, rendered: its pages from the Preprocessor as they come, each that cannot be
+rendered retried alone and, past its retries, a PageFailure the runner records (app/jobs/runner.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import groupby
+from typing import AsyncIterator, Callable
+
+import ray
+from ray.serve.handle import DeploymentHandle
+
+from app.errors import to_error
+from app.jobs.model import Job
+from app.jobs.turns import PageFailure
+from app.pipeline.retry import backoff_s
+
+
+def page_spec(numbers: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3,7': the `pages` parameter the Preprocessor understands."""
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(numbers), key=lambda item: item[1] - item[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+
+
+class TurnRenderer:
+    def __init__(self, preprocessor: DeploymentHandle, page_retries: int, on_retry: Callable[[], None]):
+        self._pre = preprocessor.options(stream=True)
+        self._retries = page_retries
+        self._on_retry = on_retry
+
+    async def pages(self, job: Job, document: ray.ObjectRef, numbers: list[int]) -> AsyncIterator:
+        """The pages of one turn as they render. A stream that fails is retried page by page, so one
+        bad page fails alone; a page that fails alone is retried on retryable errors, then reported."""
+        seen: set[int] = set()
+        try:
+            async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers),
+                                                         job.orientation, max_pages=len(numbers)):
+                seen.add(payload.page_number)
+                yield payload
+            return
+        except Exception as exc:
+            if len(numbers) == 1:
+                yield await self._alone(job, document, numbers[0], exc)
+                return
+        for number in numbers:
+            if number not in seen:
+                async for item in self.pages(job, document, [number]):
+                    yield item
+
+    async def _alone(self, job: Job, document: ray.ObjectRef, number: int, first: Exception):
+        error = to_error(first, job.id)
+        for attempt in range(self._retries):
+            if not error.retryable:
+                break
+            self._on_retry()
+            await asyncio.sleep(backoff_s(attempt))
+            try:
+                async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number),
+                                                             job.orientation):
+                    return payload
+            except Exception as exc:
+                error = to_error(exc, job.id)
+        return PageFailure(number, error.body()["error"])
