@@ -208,3 +208,13 @@ def to_error(exc: BaseException, request_id: Optional[str] = None, log: bool = T
         logger.error("request %s: unexpected error reached the error boundary", request_id or "-", exc_info=exc)
     return OCRServiceError(f"Internal error; the service log has the details under request id {request_id or '-'}.")
 
+
+def one_of(value: Optional[str], choices: tuple, field: str) -> Optional[str]:
+    """A request's choice field, trimmed and lower-cased; None where the request did not set it.
+    Anything else is 400 bad_request, naming the choices."""
+    if value is None:
+        return None
+    choice = value.strip().lower()
+    if choice not in choices:
+        raise BadRequest(f"{field} must be one of {', '.join(choices)}; got {value[:40]!r}.", code="bad_request")
+    return choice

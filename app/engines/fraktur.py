@@ -25,11 +25,12 @@ import difflib
 import functools
 import itertools
 import math
-import unicodedata
 from collections import Counter
 from typing import Optional
 
 from app.engines.tesseract import PUNCTUATION, WordList, plain_word
+from app.engines.word_boxes import words_by_share
+from app.errors import one_of
 from app.schemas import TextLine
 
 LANGS = ("auto", "deu-frak", "latin")  # a request's `lang`: auto finds Fraktur pages; the others say
@@ -40,14 +41,7 @@ MATCH_OVERLAP = 0.5  # two engines' lines are one where they share this much of 
 
 def parse_lang(value: Optional[str]) -> Optional[str]:
     """A request's `lang`, checked; None where it set none."""
-    from app.errors import BadRequest
-
-    if value is None:
-        return None
-    lang = value.strip().lower()
-    if lang not in LANGS:
-        raise BadRequest(f"lang must be one of {', '.join(LANGS)}; got {value[:40]!r}.", code="bad_request")
-    return lang
+    return one_of(value, LANGS, "lang")
 
 
 class Spelling:
@@ -134,15 +128,11 @@ class Spelling:
 def _with_punctuation_of(ppocr: str, chosen: str) -> str:
     """The chosen word's letters between PP-OCR's punctuation: Tesseract's Fraktur model adds stray
     stops and quotes around words ("ihre.", "„der"), PP-OCR rarely."""
-    core = plain_word(chosen) if chosen != ppocr else ""
-    if not core:
+    letters, core = chosen.strip(PUNCTUATION), ppocr.strip(PUNCTUATION)
+    if chosen == ppocr or not letters or not core:
         return chosen
-    start = unicodedata.normalize("NFKC", ppocr).replace("ſ", "s").find(plain_word(ppocr)) if plain_word(ppocr) else -1
-    if start < 0:
-        return chosen
-    lead, trail = ppocr[:start], ppocr[start + len(plain_word(ppocr)):]
-    letters = chosen.strip(PUNCTUATION)
-    return lead + letters + trail
+    start = ppocr.index(core)
+    return ppocr[:start] + letters + ppocr[start + len(core):]
 
 
 def _bounds(quad) -> tuple[float, float, float, float]:
@@ -173,8 +163,6 @@ def combine(ppocr_lines: list[TextLine], tesseract_lines: list[TextLine], spelli
         if text == line.text:
             combined.append(line)
         else:
-            from app.engines.word_boxes import words_by_share
-
             combined.append(TextLine(quad=line.quad, text=text, confidence=line.confidence,
                                      words=words_by_share(line.quad, text, line.confidence)))
     return combined

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from app.errors import BadRequest
+from app.errors import one_of
 from app.orientation.geometry import ANGLES, turn
 
 logger = logging.getLogger("ray.serve")
@@ -26,12 +26,7 @@ MODES = ("auto", "off") + tuple(str(angle) for angle in ANGLES)
 
 def parse_mode(value: Optional[str]) -> Optional[str]:
     """A request's `orientation` field, checked; None when the request did not set one."""
-    if value is None:
-        return None
-    mode = value.strip().lower()
-    if mode not in MODES:
-        raise BadRequest(f"orientation must be one of {', '.join(MODES)}; got {value[:40]!r}.", code="bad_request")
-    return mode
+    return one_of(value, MODES, "orientation")
 
 
 @dataclass(frozen=True)
