@@ -225,7 +225,7 @@ def test_documents_import_no_ray():
 
 @pytest.mark.parametrize("numbers, spec", [([1, 2, 3, 7], "1-3,7"), ([5], "5"), ([2, 4, 5, 6, 9, 10], "2,4-6,9-10")])
 def test_the_job_runner_writes_page_specs_the_parser_reads_back(numbers, spec):
-    from app.jobs.runner import page_spec
+    from app.jobs.rendering import page_spec
 
     assert page_spec(numbers) == spec
     assert parse_page_spec(page_spec(numbers), 12, max_pages=12) == [n - 1 for n in numbers]
