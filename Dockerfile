@@ -34,7 +34,8 @@ RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
 
 FROM dependencies AS service
 RUN --mount=type=bind,source=wheelhouse,target=/wheelhouse \
-    /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheelhouse/offline_ocr_serve-*.whl
+    /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheelhouse/offline_ocr_serve-*.whl \
+    && /opt/venv/bin/python -m app.tools.structure_models /wheelhouse/structure/*.whl
 COPY --chmod=0755 cluster/entrypoint.sh /usr/local/bin/ocr-entrypoint
 COPY --chmod=0644 cluster/ray-auth.sh cluster/ray-tls.sh /usr/local/bin/
 # The fleet's job store runs from this image too (KubeRay's StatefulSet ocr-redis): Debian's redis-server.

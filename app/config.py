@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from app.engine_options import TesseractOptions, VLLMOptions, VLMOptions
 from app.jobs.settings import Jobs
+from app.structure.settings import StructureSettings
 
 
 class DecodeLimits(BaseModel):
@@ -72,6 +73,11 @@ class PreprocessConfig(BaseModel):
     )
     decode_workers: int = Field(
         2, ge=1, le=64, description="Decoder processes per Preprocessor replica: documents decoded at once."
+    )
+    pdf_text: Literal["auto", "ocr", "layer"] = Field(
+        "auto", description="auto: a PDF page with a usable visible text layer is read from it, not OCR'd (a page "
+        "whose text is invisible over an image, mostly unmapped glyphs, or beside a large image is OCR'd); ocr: "
+        "every page is OCR'd; layer: a page with any text layer is read from it. A request's `pdf_text` overrides it."
     )
 
 
@@ -228,11 +234,16 @@ class Settings(BaseModel):
         2, ge=1, le=64, description="The Preprocessor's initial `decode_workers` (PreprocessConfig): decoder "
         "processes per replica."
     )
+    pdf_text: Literal["auto", "ocr", "layer"] = Field(
+        "auto", description="The Preprocessor's initial `pdf_text` (PreprocessConfig): auto reads a PDF page from "
+        "its usable visible text layer instead of OCR; ocr always OCRs; layer reads any layer."
+    )
     page_retries: int = Field(
         1, ge=0, le=3, description="Retries of a request's page after a retryable error in OCR or postprocessing "
         "(a replica died, a stage was overloaded or out of memory; pages are idempotent). Jobs: jobs.page_retries."
     )
     batching: BatchConfig = Field(default_factory=BatchConfig)
+    structure: StructureSettings = Field(default_factory=StructureSettings)
     debug_keep_engine_inputs: int = Field(
         0, ge=0, le=8, description="Keep the last N pages each OCR replica gave its engine, in memory, for "
         "OCRModel.kept_engine_inputs() through a deployment handle (tests, debugging). 0 in production."
@@ -252,7 +263,8 @@ class Settings(BaseModel):
     def preprocess_config(self) -> PreprocessConfig:
         """The Preprocessor's initial user_config, from args."""
         return PreprocessConfig(limits=self.limits.decode_limits(), orientation=self.orientation,
-                                orientation_min_share=self.orientation_min_share, decode_workers=self.decode_workers)
+                                orientation_min_share=self.orientation_min_share, decode_workers=self.decode_workers,
+                                pdf_text=self.pdf_text)
 
     @field_validator("engine")
     @classmethod

@@ -53,6 +53,10 @@ class PagePayload:
     timings_ms: dict = field(default_factory=dict)
     generation: Optional[Generation] = None  # the request's generation knobs; None: the engine's settings
     lang: Optional[str] = None  # the request's script hint (auto, deu-frak, latin: app/engines/fraktur.py); None: auto
+    structure: Optional[str] = None  # the request's `structure` (auto, off: app/structure); None: the settings'
+    text_layer: Optional[list] = None  # list[TextLine] from the PDF's own text (app/sandbox/pdf_text.py): no OCR
+    text_source: str = "ocr"  # "ocr", or "pdf_text" where the page was read from its text layer
+    text_note: Optional[str] = None  # why a PDF page with a text layer was OCR'd all the same
 
     @property
     def pixels(self) -> int:
@@ -91,3 +95,14 @@ class PageOCR:
     batch_size: int  # pages in the engine call that produced this result
     batch_pixels: int
     timings_ms: dict = field(default_factory=dict)
+
+
+@dataclass
+class PageStructure:
+    """What the StructureModel found on a page (app/structure/deployment.py), in engine pixels of the page
+    as turned upright, like the engine's lines."""
+
+    regions: list = field(default_factory=list)  # [(type, (x0, y0, x1, y1), score)]
+    tables: dict = field(default_factory=dict)  # region index -> (structure tokens, cell boxes)
+    timings_ms: dict = field(default_factory=dict)  # layout, tables
+    note: Optional[str] = None  # why a page has no regions (the models are not installed)

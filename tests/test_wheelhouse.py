@@ -36,7 +36,8 @@ deploy(build_app({"ocr_replicas": 1}), timeout_s=240)
 page = png_bytes(render_text_page(["Wheelhouse install 77"]))
 response = httpx.post(f"http://127.0.0.1:{port}/v1/ocr", files={"file": ("w.png", page, "image/png")}, timeout=120)
 import app
-print("RESULT " + json.dumps({"status": response.status_code, "text": response.json()["text"], "app": app.__file__}))
+print("RESULT " + json.dumps({"status": response.status_code, "text": response.json()["text"], "app": app.__file__,
+                             "notes": response.json()["pages"][0]["notes"]}))
 serve.shutdown(); ray.shutdown()
 """
 
@@ -48,6 +49,8 @@ def pip_dockerfile_steps(python: Path, wheelhouse: Path) -> None:
                    check=True, capture_output=True, timeout=900)
     [app_wheel] = wheelhouse.glob("offline_ocr_serve-*.whl")
     subprocess.run(base + ["--no-deps", str(app_wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run([str(python), "-m", "app.tools.structure_models", *map(str, (wheelhouse / "structure").glob("*.whl"))],
+                   check=True, capture_output=True, timeout=300)
 
 
 def test_wheelhouse_installs_offline_and_runs_the_service(tmp_path):
@@ -73,6 +76,7 @@ def test_wheelhouse_installs_offline_and_runs_the_service(tmp_path):
     assert result.returncode == 0 and lines, result.stdout[-2000:] + result.stderr[-3000:]
     report = json.loads(lines[-1][len("RESULT "):])
     assert report["status"] == 200 and "wheelhouse install 77" in report["text"].lower()
+    assert not any("structure" in note for note in report["notes"]), report["notes"]  # the models were taken out
     assert str(tmp_path / "venv") in report["app"]  # the installed wheel, not this checkout
     print(f"wheelhouse {downloaded - started:.0f}s, offline install {installed - downloaded:.0f}s, "
           f"service answered {time.monotonic() - installed:.0f}s later")

@@ -28,7 +28,7 @@ from app.ops import metrics
 from app.http.readiness import ReadinessCache, missing_stages, running_replicas
 from app.http.request_log import RequestLog, log_fields, stage_totals
 from app.pipeline.document_reader import DocumentReader
-from app.pipeline.page_pipeline import EngineIdentity
+from app.pipeline.page_pipeline import EngineIdentity, Stages
 from app.http.uploads import read_bounded, read_upload
 from app.schemas import Generation
 
@@ -71,9 +71,11 @@ class Ingress:
         ocr_model: DeploymentHandle,
         postprocessor: DeploymentHandle,
         job_runner: Optional[DeploymentHandle] = None,
+        structure: Optional[DeploymentHandle] = None,
     ):
         self._settings = settings
-        self._reader = DocumentReader(preprocessor, ocr_model, postprocessor, settings.page_retries)
+        stages = Stages(ocr_model, postprocessor, structure, settings.structure.mode)
+        self._reader = DocumentReader(preprocessor, stages, settings.page_retries)
         self._pre_config = preprocessor
         self._jobs = JobRoutes(settings.jobs, preprocessor, job_runner)
         self._ocr = ocr_model

@@ -14,6 +14,8 @@ from starlette.requests import ClientDisconnect, Request
 from app.engines.fraktur import parse_lang
 from app.errors import BadRequest, PayloadTooLarge
 from app.orientation.upright import parse_mode
+from app.sandbox.pdf_text import parse_pdf_text
+from app.structure.settings import parse_structure
 
 
 @dataclass
@@ -24,19 +26,24 @@ class Upload:
     pages: Optional[str]
     orientation: Optional[str] = None  # auto, off or an angle (app/orientation/upright.py); None: the settings'
     lang: Optional[str] = None  # auto, deu-frak or latin (app/engines/fraktur.py); None: auto
+    structure: Optional[str] = None  # auto or off (app/structure); None: the settings'
+    pdf_text: Optional[str] = None  # auto, ocr or layer (app/sandbox/pdf_text.py); None: the settings'
+
+
+# A request's options, each with its parser: query parameters, or multipart form fields (which win).
+_OPTIONS = {"orientation": parse_mode, "lang": parse_lang, "structure": parse_structure, "pdf_text": parse_pdf_text}
 
 
 async def read_upload(request: Request, max_bytes: int, idle_timeout_s: Optional[float] = None) -> Upload:
     body = await read_bounded(request, max_bytes, idle_timeout_s)
     content_type = request.headers.get("content-type", "")
     pages = request.query_params.get("pages")
-    orientation = parse_mode(request.query_params.get("orientation"))
-    lang = parse_lang(request.query_params.get("lang"))
+    options = {name: parse(request.query_params.get(name)) for name, parse in _OPTIONS.items()}
     if content_type.lower().startswith("multipart/form-data"):
-        return await _from_multipart(request, body, pages, orientation, lang)
+        return await _from_multipart(request, body, pages, options)
     if not body:
         raise BadRequest("The request has no body: send multipart field 'file' or the raw document.", code="empty_file")
-    return Upload(body, content_type or None, None, pages, orientation, lang)
+    return Upload(body, content_type or None, None, pages, **options)
 
 
 async def read_bounded(request: Request, max_bytes: int, idle_timeout_s: Optional[float] = None) -> bytes:
@@ -68,14 +75,13 @@ def _too_large(size: int, max_bytes: int) -> PayloadTooLarge:
     )
 
 
-async def _from_multipart(request: Request, body: bytes, pages: Optional[str], orientation: Optional[str],
-                          lang: Optional[str]) -> Upload:
-    """Form fields `pages`, `orientation` and `lang` win over the query's."""
+async def _from_multipart(request: Request, body: bytes, pages: Optional[str], options: dict) -> Upload:
+    """Form fields `pages` and the options win over the query's."""
     async def replay():
         return {"type": "http.request", "body": body, "more_body": False}
 
     try:
-        form = await Request(request.scope, receive=replay).form(max_files=1, max_fields=8)
+        form = await Request(request.scope, receive=replay).form(max_files=1, max_fields=12)
     except (HTTPException, MultiPartException, ValueError, KeyError) as exc:
         detail = getattr(exc, "detail", None) or getattr(exc, "message", None) or exc
         raise BadRequest(f"Malformed multipart body: {detail}", code="malformed_request") from None
@@ -84,14 +90,11 @@ async def _from_multipart(request: Request, body: bytes, pages: Optional[str], o
         if not isinstance(file, UploadFile):
             raise BadRequest("Multipart field 'file' is missing or is not a file.", code="missing_file")
         data = await file.read()
-        form_pages, form_orientation, form_lang = form.get("pages"), form.get("orientation"), form.get("lang")
-        return Upload(
-            data=data,
-            content_type=file.content_type,
-            filename=file.filename,
-            pages=form_pages if isinstance(form_pages, str) else pages,
-            orientation=parse_mode(form_orientation) if isinstance(form_orientation, str) else orientation,
-            lang=parse_lang(form_lang) if isinstance(form_lang, str) else lang,
-        )
+        form_pages = form.get("pages")
+        for name, parse in _OPTIONS.items():
+            if isinstance(form.get(name), str):
+                options[name] = parse(form.get(name))
+        return Upload(data=data, content_type=file.content_type, filename=file.filename,
+                      pages=form_pages if isinstance(form_pages, str) else pages, **options)
     finally:
         await form.close()

@@ -23,6 +23,8 @@ class Job:
     pages: list = field(default_factory=list)  # the 1-based page numbers to process, in order
     orientation: Optional[str] = None  # the request's orientation field (app/orientation/upright.py); None: settings'
     lang: Optional[str] = None  # the request's lang (app/engines/fraktur.py); None: auto
+    structure: Optional[str] = None  # the request's structure (app/structure); None: the settings'
+    pdf_text: Optional[str] = None  # the request's pdf_text (app/sandbox/pdf_text.py); None: the settings'
     keep_document: bool = False  # kept until the job expires (for ?format=pdf), counted in the client's stored bytes
     callback_url: Optional[str] = None  # POSTed the status when the job ends (app/jobs/callbacks.py)
     callback: Optional[dict] = None  # its delivery: {"status", "attempts", "last_status", "last_error", ...}

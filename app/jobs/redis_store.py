@@ -33,7 +33,7 @@ CHUNK_BYTES = 1024 * 1024
 ORPHAN_CHUNK_TTL_S = 3600  # chunks written for a submit that never became a job
 _FIELDS = ("status", "client", "content_type", "filename", "document_sha256", "pages", "created_at", "started_at",
            "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation", "keep_document",
-           "callback_url", "callback", "lang")
+           "callback_url", "callback", "lang", "structure", "pdf_text")
 
 
 
@@ -235,6 +235,7 @@ def _decode(name: str, raw: Optional[bytes]):
         return float(text) if text else (0.0 if name == "lease_until" else None)
     if name == "keep_document":
         return text == "True"
-    return text or None if name in ("content_type", "filename", "owner", "orientation", "callback_url", "lang") else text
+    return text or None if name in ("content_type", "filename", "owner", "orientation", "callback_url", "lang",
+                                   "structure", "pdf_text") else text
 
 

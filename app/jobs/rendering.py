@@ -34,7 +34,8 @@ class TurnRenderer:
         seen: set[int] = set()
         try:
             async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers),
-                                                         job.orientation, max_pages=len(numbers)):
+                                                         job.orientation, max_pages=len(numbers),
+                                                         pdf_text=job.pdf_text):
                 seen.add(payload.page_number)
                 yield payload
             return
@@ -56,7 +57,7 @@ class TurnRenderer:
             await asyncio.sleep(backoff_s(attempt))
             try:
                 async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number),
-                                                             job.orientation):
+                                                             job.orientation, pdf_text=job.pdf_text):
                     return payload
             except Exception as exc:
                 error = to_error(exc, job.id)

@@ -95,7 +95,8 @@ class JobRoutes:
         digest = await asyncio.to_thread(lambda: hashlib.sha256(upload.data).hexdigest())
         job = Job(id=uuid.uuid4().hex, client=client, content_type=upload.content_type,
                   filename=(upload.filename or "")[:255] or None, document_sha256=digest, pages=pages,
-                  orientation=upload.orientation, lang=upload.lang, keep_document=_flag(request, "keep_document"),
+                  orientation=upload.orientation, lang=upload.lang, structure=upload.structure,
+                  pdf_text=upload.pdf_text, keep_document=_flag(request, "keep_document"),
                   callback_url=request.query_params.get("callback_url"),
                   created_at=time.time())
         stored, created = await self._call(store.create, job, upload.data, key, admission(self._jobs, client))

@@ -42,7 +42,7 @@ from app.jobs.model import FAILED, Job, final_status
 from app.jobs.store import DocumentLost, open_store
 from app.jobs.rendering import TurnRenderer
 from app.jobs.turns import DecodeBudget, DocumentCache, PageFailure
-from app.pipeline.page_pipeline import EngineIdentity, read_page
+from app.pipeline.page_pipeline import EngineIdentity, Stages, read_page
 from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
 
@@ -52,14 +52,14 @@ logger = logging.getLogger("ray.serve")
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class JobRunner:
     def __init__(self, jobs: Jobs, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
-                 postprocessor: DeploymentHandle):
+                 postprocessor: DeploymentHandle, structure: Optional[DeploymentHandle] = None,
+                 structure_mode: str = "auto"):
         self._jobs = jobs
         self._store = open_store(jobs)
-        self._ocr = ocr_model
-        self._post = postprocessor
+        self._stages = Stages(ocr_model, postprocessor, structure, structure_mode)
         self._owner = f"runner-{uuid.uuid4().hex[:12]}"
         self._active: dict[str, asyncio.Task] = {}
-        self._engine = EngineIdentity(ocr_model)
+        self._engine = EngineIdentity(self._stages.ocr)
         self._render = TurnRenderer(preprocessor, jobs.page_retries, self._count_retry)
         self._wake: Optional[asyncio.Event] = None
         self._loop_task: Optional[asyncio.Task] = None
@@ -256,10 +256,10 @@ class JobRunner:
 
     async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
         """(result, None), or (None, the error) once the one retry rule (app/pipeline/page_pipeline.py) gave up."""
-        if job.lang is not None:
-            payload = dataclasses.replace(payload, lang=job.lang)
+        if job.lang is not None or job.structure is not None:
+            payload = dataclasses.replace(payload, lang=job.lang, structure=job.structure)
         try:
-            return await read_page(self._ocr, self._post, payload, self._jobs.page_retries,
+            return await read_page(self._stages, payload, self._jobs.page_retries,
                                    on_retry=self._count_retry), None
         except Exception as exc:
             error = to_error(exc, job.id)

@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at REAL, expires_at REAL, error TEXT, engine TEXT, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
     idempotency_key TEXT, orientation TEXT, page_count INTEGER NOT NULL DEFAULT 0,
     document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0,
-    keep_document INTEGER NOT NULL DEFAULT 0, callback_url TEXT, callback TEXT, callback_due REAL, lang TEXT);
+    keep_document INTEGER NOT NULL DEFAULT 0, callback_url TEXT, callback TEXT, callback_due REAL, lang TEXT,
+    structure TEXT, pdf_text TEXT);
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);
 CREATE TABLE IF NOT EXISTS turns (client TEXT PRIMARY KEY, last REAL NOT NULL);
@@ -28,14 +29,14 @@ CREATE TABLE IF NOT EXISTS idempotency (
 """
 COLUMNS = ("id", "status", "client", "content_type", "filename", "document_sha256", "pages", "created_at",
             "started_at", "finished_at", "expires_at", "error", "engine", "owner", "lease_until", "orientation",
-            "keep_document", "callback_url", "callback", "lang")
+            "keep_document", "callback_url", "callback", "lang", "structure", "pdf_text")
 UNFINISHED = (QUEUED, RUNNING)
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 # Columns added after the first release, with their type: an older file gains them at open.
 ADDED_COLUMNS = {"orientation": "TEXT", "page_count": "INTEGER NOT NULL DEFAULT 0",
                   "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0",
                   "keep_document": "INTEGER NOT NULL DEFAULT 0", "callback_url": "TEXT", "callback": "TEXT",
-                  "callback_due": "REAL", "lang": "TEXT"}
+                  "callback_due": "REAL", "lang": "TEXT", "structure": "TEXT", "pdf_text": "TEXT"}
 
 
 
@@ -47,7 +48,7 @@ def row_of(job: Job) -> tuple:
     return (job.id, job.status, job.client, job.content_type, job.filename, job.document_sha256,
             json.dumps(job.pages), job.created_at, job.started_at, job.finished_at, job.expires_at,
             dumps(job.error), dumps(job.engine), job.owner, job.lease_until, job.orientation, int(job.keep_document),
-            job.callback_url, dumps(job.callback), job.lang)
+            job.callback_url, dumps(job.callback), job.lang, job.structure, job.pdf_text)
 
 
 def job_from_row(row) -> Job:

@@ -25,7 +25,8 @@ from typing import Optional
 logger = logging.getLogger("ray.serve")
 
 PREFIX = "ray_"  # what Ray's exporter puts before every application metric
-STAGES = ("read_upload", "decode", "render", "resize_encode", "orientation", "queue_wait", "engine", "postprocess",
+STAGES = ("read_upload", "decode", "render", "resize_encode", "orientation", "queue_wait", "engine", "structure_layout",
+          "structure_tables", "postprocess",
           "total")
 _SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 

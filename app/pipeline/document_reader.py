@@ -16,19 +16,18 @@ from typing import AsyncIterator, Optional
 
 from ray.serve.handle import DeploymentHandle
 
-from app.pipeline.page_pipeline import read_page
+from app.pipeline.page_pipeline import Stages, read_page
 from app.schemas import Generation, PagePayload
 
 
 class DocumentReader:
-    def __init__(self, preprocessor: DeploymentHandle, ocr: DeploymentHandle, post: DeploymentHandle,
-                 page_retries: int):
+    def __init__(self, preprocessor: DeploymentHandle, stages: Stages, page_retries: int):
         self._pre = preprocessor.options(stream=True)
-        self._ocr, self._post, self._retries = ocr, post, page_retries
+        self._stages, self._retries = stages, page_retries
 
     def _pages(self, request_id: str, upload):
         return self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages,
-                                        upload.orientation)
+                                        upload.orientation, pdf_text=getattr(upload, "pdf_text", None))
 
     async def read(self, request_id: str, upload, generation: Optional[Generation] = None) -> list[dict]:
         """Every page's result, in page order."""
@@ -37,7 +36,7 @@ class DocumentReader:
         streamed = False
         try:
             async for page in stream:
-                tasks.append(asyncio.ensure_future(self._page_result(page, generation, getattr(upload, "lang", None))))
+                tasks.append(asyncio.ensure_future(self._page_result(page, generation, upload)))
                 if any(task.done() and task.exception() is not None for task in tasks if not task.cancelled()):
                     break  # a page failed for good: stop rasterising the rest
             else:
@@ -64,7 +63,7 @@ class DocumentReader:
         async def feed():
             try:
                 async for page in stream:
-                    tasks.append(asyncio.ensure_future(self._page_result(page, generation, getattr(upload, "lang", None))))
+                    tasks.append(asyncio.ensure_future(self._page_result(page, generation, upload)))
                     ready.put_nowait(tasks[-1])
             except Exception as exc:  # the Preprocessor refused the document, or failed
                 ready.put_nowait(exc)
@@ -83,7 +82,8 @@ class DocumentReader:
             for task in tasks:
                 task.cancel()
 
-    async def _page_result(self, page: PagePayload, generation: Optional[Generation], lang: Optional[str]) -> dict:
-        if generation is not None or lang is not None:
-            page = dataclasses.replace(page, generation=generation, lang=lang)
-        return await read_page(self._ocr, self._post, page, self._retries)
+    async def _page_result(self, page: PagePayload, generation: Optional[Generation], upload) -> dict:
+        lang, structure = getattr(upload, "lang", None), getattr(upload, "structure", None)
+        if generation is not None or lang is not None or structure is not None:
+            page = dataclasses.replace(page, generation=generation, lang=lang, structure=structure)
+        return await read_page(self._stages, page, self._retries)

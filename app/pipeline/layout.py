@@ -222,13 +222,17 @@ def page_markdown(groups: list[list[Line]]) -> str:
     median_height = statistics.median(line.height for group in groups for line in group)
     blocks = []
     for group in groups:
-        text = "\n".join(_escape_markdown(line.text) for line in group)
-        is_heading = len(group) <= 2 and min(l.height for l in group) >= _HEADING_HEIGHT * median_height
-        blocks.append("## " + text.replace("\n", " ") if is_heading else text)
+        text = "\n".join(escape_markdown(line.text) for line in group)
+        blocks.append("## " + text.replace("\n", " ") if is_heading(group, median_height) else text)
     return "\n\n".join(blocks).strip()
 
 
-def _escape_markdown(text: str) -> str:
+def is_heading(group: list[Line], median_height: float) -> bool:
+    """A short paragraph of lines much taller than the page's median line."""
+    return len(group) <= 2 and min(line.height for line in group) >= _HEADING_HEIGHT * median_height
+
+
+def escape_markdown(text: str) -> str:
     """Keep OCR'd text literal: a leading '#', '-', '>' or '1.' must not become structure."""
     for char in "\\*_`":
         text = text.replace(char, "\\" + char)

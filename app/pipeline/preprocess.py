@@ -46,6 +46,9 @@ def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index
         rotation_confidence=turned.confidence,
         rotation_note=turned.note,
         timings_ms={"decode": page.decode_ms, "resize_encode": page.resize_encode_ms, "orientation": turned.ms},
+        text_layer=page.text_layer,
+        text_source="pdf_text" if page.text_layer is not None else "ocr",
+        text_note=page.text_note,
     )
 
 
@@ -78,18 +81,21 @@ class Preprocessor:
 
     async def prepare(
         self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
-        orientation: Optional[str] = None, max_pages: Optional[int] = None,
+        orientation: Optional[str] = None, max_pages: Optional[int] = None, pdf_text: Optional[str] = None,
     ) -> AsyncIterator[PagePayload]:
         """Yield one payload per page, in document order, each turned upright as `orientation` says
         (None: the config's mode). Bad input raises a 4xx error before any page. `max_pages` replaces
-        limits.max_pages (a job's chunk: its pages were counted under jobs.max_pages)."""
+        limits.max_pages (a job's chunk: its pages were counted under jobs.max_pages). A PDF page read
+        from its own text layer (`pdf_text`; None: the config's) is not turned: its text says where it is."""
         index = 0
+        layer_mode = pdf_text or self._config.pdf_text
         while True:
             try:
                 async for page in self._sandbox.pages(data, content_type, pages, label=f"request {request_id}",
-                                                      max_pages=max_pages):
+                                                      max_pages=max_pages, pdf_text=layer_mode):
                     record_stages(page)
-                    image, turned = await self._upright(page.image, orientation)
+                    keep = "off" if page.text_layer is not None else orientation
+                    image, turned = await self._upright(page.image, keep)
                     yield to_payload(page, image, turned, index, request_id)
                     index += 1
                 return

@@ -20,9 +20,11 @@ from app.jobs.runner import JobRunner
 from app.pipeline.ocr_model import OCRModel
 from app.pipeline.postprocess import Postprocessor
 from app.pipeline.preprocess import Preprocessor
+from app.structure.deployment import StructureModel
 
 
 logger = logging.getLogger("ray.serve")
+MARKDOWN_ENGINES = ("vlm", "vllm")  # they write a page's Markdown, without boxes to join regions to
 
 
 class GPUCapacityError(RuntimeError):
@@ -132,6 +134,12 @@ def postprocessor_options(settings: Settings) -> dict:
     return {"ray_actor_options": {"num_cpus": 0.1}, "max_ongoing_requests": 64}
 
 
+def structure_options(settings: Settings) -> dict:
+    # A page at a time per thread: more in flight only queue inside the replica, where Serve cannot see them.
+    return {"ray_actor_options": {"num_cpus": settings.structure.num_cpus}, "num_replicas": settings.structure.replicas,
+            "max_ongoing_requests": 4 * settings.structure.threads, "graceful_shutdown_timeout_s": 30}
+
+
 def runner_options(settings: Settings) -> dict:
     # num_cpus 0: the runner only waits, on the store and on deployments that reserve their own CPUs
     # (at 0.1 the default graph asked for 2.05, and `make run` on 2 cores never scheduled its Ingress).
@@ -150,9 +158,14 @@ def build_app(args: dict | None = None) -> Application:
     ocr_model = OCRModel.options(**ocr_options(settings), **logs).bind(settings)
     preprocessor = Preprocessor.options(**preprocessor_options(settings), **logs).bind(input_budget(settings))
     postprocessor = Postprocessor.options(**postprocessor_options(settings), **logs).bind()
+    # Deployed whatever the default mode, so that a request may ask for structure where it is off; not for
+    # the engines that write their page as Markdown, whose structure is parsed from what they wrote.
+    structure = None
+    if settings.engine not in MARKDOWN_ENGINES:
+        structure = StructureModel.options(**structure_options(settings), **logs).bind(settings.structure)
     runner = None
     if settings.jobs.store:
         runner = JobRunner.options(**runner_options(settings), **logs).bind(
-            settings.jobs, preprocessor, ocr_model, postprocessor)
+            settings.jobs, preprocessor, ocr_model, postprocessor, structure, settings.structure.mode)
     return Ingress.options(**ingress_options(settings), **logs).bind(
-        settings, preprocessor, ocr_model, postprocessor, runner)
+        settings, preprocessor, ocr_model, postprocessor, runner, structure)
