@@ -2,7 +2,9 @@
 
 Runs inside a decoder process (app/sandbox/worker.py, `searchable`), since it opens the client's file.
 - A PDF keeps its pages as they are (pikepdf, qpdf underneath): the old content is wrapped in q/Q and the
-  layer drawn after it, so the page renders exactly as before.
+  layer drawn after it, so the page renders exactly as before. Its own text is never doubled
+  (app/formats/existing_text.py): an earlier invisible OCR layer is replaced by ours, and no word of
+  ours is drawn where the page already has visible text.
 - An image becomes a page through img2pdf, which embeds JPEG, PNG and CCITT TIFF data without
   recompressing it and turns the page by the EXIF orientation with /Rotate. What img2pdf cannot take
   as it is (WebP, mirrored EXIF, modes PDF has no colour space for) is decoded here and embedded as
@@ -12,13 +14,15 @@ A failed page of a partial job keeps its image with no text layer; the document 
 
 from __future__ import annotations
 
+import dataclasses
 from io import BytesIO
 
 import pikepdf
 
 from app import __version__
 from app.errors import UnprocessableDocument
-from app.formats.pages import PageLayout, page_layouts
+from app.formats.existing_text import strip_invisible_text, uncovered, visible_text_boxes
+from app.formats.pages import PageLayout, TextLine, page_layouts
 from app.formats.text_layer import display_matrix, glyphless_font, layer_content
 
 FONT_RESOURCE = "/FOCR"
@@ -31,11 +35,15 @@ def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) 
 
     layouts = page_layouts(pages)
     try:
-        pdf = _from_pdf(data, layouts) if sniff_kind(data, declared_type) == "pdf" else \
-            _from_image(data, declared_type, layouts, limits)
+        is_pdf = sniff_kind(data, declared_type) == "pdf"
+        pdf = _from_pdf(data, layouts) if is_pdf else _from_image(data, declared_type, layouts, limits)
         font = glyphless_font(pdf)
         for page, layout in zip(pdf.pages, layouts):
-            if not layout.failed:
+            if is_pdf:
+                strip_invisible_text(pdf, page)
+                if not layout.failed:
+                    layout = _without_visible_text(data, layout)
+            if not layout.failed and (layout.lines or layout.text.strip()):
                 _add_layer(pdf, page, layout, font)
         _describe(pdf, layouts)
         out = BytesIO()
@@ -50,6 +58,17 @@ def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) 
 
 def _from_pdf(data: bytes, layouts: list) -> pikepdf.Pdf:
     return _keep_pages(pikepdf.open(BytesIO(data)), layouts)
+
+
+def _without_visible_text(data: bytes, layout: PageLayout) -> PageLayout:
+    """The page's words that its own visible text does not already hold."""
+    boxes = visible_text_boxes(data, layout.page_number, (layout.width, layout.height))
+    if not boxes:
+        return layout
+    if not layout.boxed:  # text without positions would lie over the page's own text: leave the page be
+        return dataclasses.replace(layout, text="")
+    lines = [TextLine(words) for words in (uncovered(line.words, boxes) for line in layout.lines) if words]
+    return dataclasses.replace(layout, lines=lines, text=layout.text if lines else "")
 
 
 def _keep_pages(pdf: pikepdf.Pdf, layouts: list) -> pikepdf.Pdf:

@@ -114,7 +114,7 @@ def _placed_words(layout: PageLayout, width: float, height: float, sx: float, sy
     """(text, box in displayed points with y up, direction in degrees) for every word to draw."""
     if layout.lines:
         for line in layout.lines:
-            for text, (x0, y0, x1, y1) in _apart(line.words, layout.rotation):
+            for text, (x0, y0, x1, y1) in _with_spaces(_apart(line.words, layout.rotation), layout.rotation):
                 yield text, (x0 * sx, height - y1 * sy, x1 * sx, height - y0 * sy), layout.rotation
         return
     rows = [row.strip() for row in layout.text.splitlines() if row.strip()]
@@ -149,6 +149,22 @@ def _apart(words: list, rotation: int) -> list:
             shortened = max(length - (WORD_GAP * height - room), length / 2)
             box[end] = box[start] + forward * shortened
     return [(text, tuple(box)) for text, box in placed]
+
+
+def _with_spaces(placed: list, rotation: int) -> list:
+    """The words with a real space drawn in the gap between each two of a line: a reader that does not
+    infer spaces from gaps (pypdf, most indexers) reads words, not one run of letters. A line's end is
+    where the next line's text matrix starts elsewhere, which readers take for a line break."""
+    end, start, _ = {0: (2, 0, 1), 90: (1, 3, -1), 180: (0, 2, -1), 270: (3, 1, 1)}[rotation % 360]
+    spaced = []
+    for (text, box), following in zip(placed, placed[1:] + [None]):
+        spaced.append((text, box))
+        if following is not None:
+            gap = list(box)
+            gap[start], gap[end] = box[end], following[1][start]
+            if gap[2] > gap[0] and gap[3] > gap[1]:
+                spaced.append((" ", tuple(gap)))
+    return spaced
 
 
 def _word_ops(text: str, box: tuple, direction: int, font: str) -> str:

@@ -23,6 +23,7 @@ from app.config import DecodeLimits
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 from app.pipeline.page_selection import parse_page_spec
 from app.pipeline.page_size import Target
+from app.sandbox.pdf_text import read_layer
 
 # PDFium is not thread-safe, and the preprocessor decodes in worker threads.
 _PDFIUM_LOCK = threading.Lock()
@@ -49,6 +50,7 @@ class DecodedPage:
     # The page as uploaded (a PDF page rendered at `dpi`), where the content was decoded or
     # rendered smaller than that to fit the engine's budget; None when it is `size`.
     source_size: Optional[tuple[int, int]] = None
+    text_layer: object = None  # a PDF page's LayerVerdict (app/sandbox/pdf_text.py); None: no text, or not asked
 
     @property
     def image(self) -> Image.Image:
@@ -89,15 +91,18 @@ def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
 
 
 def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: DecodeLimits,
-               target: Optional[Target] = None) -> Iterator[DecodedPage]:
+               target: Optional[Target] = None, pdf_text: str = "ocr") -> Iterator[DecodedPage]:
     """Pages in document order, decoded one at a time; every check on the whole document runs first.
 
     With a `target`, a page larger than it is decoded or rendered at reduced size where that is
     cheaper than decoding it whole and shrinking it (JPEG's DCT scaling, PDFium rendering straight
     at the target's resolution); the page may still need a final resize to fit (fit_to_budget).
+    A PDF page's text layer is read as `pdf_text` says (app/sandbox/pdf_text.py): ocr reads none.
     """
     kind = sniff_kind(data, declared_type)
-    return _rasterise_pdf(data, pages, limits, target) if kind == "pdf" else _decode_image(data, pages, limits, target)
+    if kind == "pdf":
+        return _rasterise_pdf(data, pages, limits, target, pdf_text)
+    return _decode_image(data, pages, limits, target)
 
 
 def select_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], max_pages: int) -> list[int]:
@@ -213,7 +218,8 @@ def _on_white(rgba: Image.Image) -> Image.Image:
     return Image.alpha_composite(background, rgba).convert("RGB")
 
 
-def _rasterise_pdf(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[Target]) -> Iterator[DecodedPage]:
+def _rasterise_pdf(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[Target],
+                   pdf_text: str = "ocr") -> Iterator[DecodedPage]:
     with _PDFIUM_LOCK:
         pdf = _open_pdf(data)
     try:
@@ -223,7 +229,7 @@ def _rasterise_pdf(data: bytes, pages: Optional[str], limits: DecodeLimits, targ
             raise UnprocessableDocument("The PDF has no pages.", code="corrupt_pdf")
         for index in parse_page_spec(pages, count, limits.max_pages):
             with _PDFIUM_LOCK:
-                page = _render_page(pdf, index, limits, target)
+                page = _render_page(pdf, index, limits, target, pdf_text)
             yield page
     finally:
         with _PDFIUM_LOCK:
@@ -255,7 +261,8 @@ def _pdfium_errors_as_4xx(what: str):
         raise UnprocessableDocument(f"{what} ({type(exc).__name__})", code="corrupt_pdf") from None
 
 
-def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, target: Optional[Target]) -> DecodedPage:
+def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, target: Optional[Target],
+                 pdf_text: str = "ocr") -> DecodedPage:
     with _pdfium_errors_as_4xx(f"PDF page {index + 1} could not be rendered"):
         page = pdf[index]
         width_pt, height_pt = page.get_size()
@@ -266,11 +273,13 @@ def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, targ
         source = (math.ceil(width_pt * source_scale), math.ceil(height_pt * source_scale))  # as pypdfium2 sizes it
         scale = _render_scale(width_pt, height_pt, source_scale, target)
         pixels = page.render(scale=scale, rev_byteorder=True).to_numpy()  # RGB on white, a view of the bitmap
+        layer = read_layer(pdf, page, source, pdf_text)
         page.close()
         if pixels.ndim != 3 or pixels.shape[2] != 3:  # not what PDFium gives for an opaque fill
             raise UnprocessableDocument(f"PDF page {index + 1} rendered as {pixels.shape}.", code="corrupt_pdf")
         size = (pixels.shape[1], pixels.shape[0])
-        return DecodedPage(pixels, page_number=index + 1, dpi=dpi, source_size=source if size != source else None)
+        return DecodedPage(pixels, page_number=index + 1, dpi=dpi, source_size=source if size != source else None,
+                           text_layer=layer)
 
 
 def _render_scale(width_pt: float, height_pt: float, scale: float, target: Optional[Target]) -> float:

@@ -58,14 +58,17 @@ class DecodeSandbox:
         self.stats = {"documents": 0, "pages": 0, "timeouts": 0, "memory": 0, "crashes": 0, "replaced": 0}
 
     async def pages(self, data: bytes, content_type: Optional[str], pages: Optional[str],
-                    label: str = "", max_pages: Optional[int] = None) -> AsyncIterator[RenderedPage]:
+                    label: str = "", max_pages: Optional[int] = None,
+                    pdf_text: str = "ocr") -> AsyncIterator[RenderedPage]:
         """The document's pages in order. A broken limit raises DocumentTooComplex and replaces the worker.
-        `max_pages` replaces limits.max_pages for this document (a job's chunk, counted beforehand)."""
+        `max_pages` replaces limits.max_pages for this document (a job's chunk, counted beforehand);
+        `pdf_text` says when a PDF page's own text layer is read (app/sandbox/pdf_text.py)."""
         async with self._slots:
             worker = self._take()
             self.stats["documents"] += 1
             try:
-                opening = {"type": "open", "content_type": content_type, "pages": pages, "max_pages": max_pages}
+                opening = {"type": "open", "content_type": content_type, "pages": pages, "max_pages": max_pages,
+                           "pdf_text": pdf_text}
                 await self._exchange(worker, opening, data, step="opening the document", label=label)
                 worker.document_open = True
                 for served in itertools.count(1):

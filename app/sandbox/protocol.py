@@ -38,6 +38,8 @@ class RenderedPage:
     dpi: Optional[float]
     decode_ms: float
     resize_encode_ms: float
+    text_layer: Optional[list] = None  # list[TextLine] in engine pixels: the page is read from its PDF text
+    text_note: Optional[str] = None  # why a page with a text layer was OCR'd all the same
 
 
 def page_from_frame(header: dict, blob: bytes, max_side: int, max_pixels: int) -> RenderedPage:
@@ -49,7 +51,49 @@ def page_from_frame(header: dict, blob: bytes, max_side: int, max_pixels: int) -
         source_height=int(header["source_height"]), scale=float(header["scale"]),
         dpi=None if header.get("dpi") is None else float(header["dpi"]),
         decode_ms=float(header["decode_ms"]), resize_encode_ms=float(header["resize_encode_ms"]),
+        **text_layer_from_frame(header.get("text_layer"), float(header["scale"])),
     )
+
+
+_MAX_LAYER_TEXT = 200  # characters in one word of a text layer: a longer one is not a word (nor from PDFium)
+
+
+def text_layer_from_frame(layer, scale: float) -> dict:
+    """A page frame's text layer as engine lines (quads in engine pixels, words with theirs), checked: a
+    worker that a crafted file subverted can send anything, so anything off the expected shape is a
+    ProtocolError, never an exception further on."""
+    from app.engines.word_boxes import TextWord
+    from app.schemas import TextLine
+
+    if layer is None:
+        return {}
+    if not isinstance(layer, dict) or not isinstance(layer.get("lines", []), list):
+        raise ProtocolError("malformed text layer")
+    note = layer.get("note")
+    if not layer.get("use"):
+        return {"text_note": str(note)[:200] if note else None}
+    lines = []
+    for line in layer["lines"]:
+        if not isinstance(line, dict) or not isinstance(line.get("words", []), list) or not all(
+                isinstance(w, dict) for w in line.get("words", [])):
+            raise ProtocolError("malformed text layer line")
+        words = [TextWord(_quad(w.get("box"), scale), _word_text(w.get("text")), 1.0) for w in line.get("words", [])]
+        if words:
+            lines.append(TextLine(_quad(line.get("box"), scale), " ".join(w.text for w in words), 1.0, words))
+    return {"text_layer": lines}
+
+
+def _quad(box, scale: float) -> list:
+    if not (isinstance(box, list) and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)):
+        raise ProtocolError("malformed text layer box")
+    x0, y0, x1, y1 = (float(v) * scale for v in box)
+    return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
+
+
+def _word_text(text) -> str:
+    if not isinstance(text, str) or not text or len(text) > _MAX_LAYER_TEXT:
+        raise ProtocolError("malformed text layer word")
+    return text
 
 
 def page_pixels(header: dict, blob: bytes, max_side: int, max_pixels: int) -> np.ndarray:

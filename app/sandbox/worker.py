@@ -98,7 +98,8 @@ class Session:
         limits = self._limits
         if header.get("max_pages"):  # a job's chunk: its pages were counted under jobs.max_pages
             limits = limits.model_copy(update={"max_pages": int(header["max_pages"])})
-        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), limits, target)
+        self._pages = iter_pages(blob, header.get("content_type"), header.get("pages"), limits, target,
+                                 header.get("pdf_text") or "ocr")
         return {"type": "opened"}
 
     def next(self) -> tuple[dict, bytes]:
@@ -119,6 +120,9 @@ class Session:
             "decode_ms": round((decoded - start) * 1000, 1),
             "resize_encode_ms": round((time.perf_counter() - decoded) * 1000, 1),
         }
+        if page.text_layer is not None:  # the PDF's own text: its lines, and whether the page is read from them
+            header["text_layer"] = {"use": page.text_layer.use, "note": page.text_layer.note,
+                                    "lines": [line.as_json() for line in page.text_layer.lines] if page.text_layer.use else []}
         shared_bytes = self._shared.write(pixels) if self._shared else None
         if shared_bytes is not None:
             header["shared_bytes"] = shared_bytes
