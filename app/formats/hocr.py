@@ -1,4 +1,9 @@
-"""hOCR 1.2 (http://kba.github.io/hocr-spec/1.2/): pages, one content area and paragraph each, lines, words.
+"""hOCR 1.2 (http://kba.github.io/hocr-spec/1.2/): pages, their regions, lines, words.
+
+Each region of the page (app/structure) is an element of its own class, as the spec names them, with one
+paragraph of its lines: text and references `ocr_carea`, a title `ocr_carea` whose paragraph is an `h1`,
+a table `ocr_table`, a caption `ocr_caption`, a page header `ocr_header` and footer `ocr_footer`, a
+figure `ocr_float` (`ocr_image` where nothing was read in it), an equation `ocr_display`.
 
 Every element's `bbox` is in pixels of the page as uploaded; words carry `x_wconf` (0-100). A page whose
 engine wrote text without saying where (a VLM's Markdown) has its lines with the page's bbox and no
@@ -12,10 +17,13 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from app import __version__
-from app.formats.pages import PageLayout, page_layouts, union
+from app.formats.pages import PageLayout, clean, page_layouts, union
 
 XHTML = "http://www.w3.org/1999/xhtml"
-CAPABILITIES = "ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf"
+CAPABILITIES = ("ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf ocr_table ocr_caption ocr_header "
+                "ocr_footer ocr_float ocr_image ocr_display")
+REGION_CLASS = {"table": "ocr_table", "figure_caption": "ocr_caption", "table_caption": "ocr_caption",
+                "header": "ocr_header", "footer": "ocr_footer", "figure": "ocr_float", "equation": "ocr_display"}
 
 
 def render_hocr(pages: list, engine: str) -> bytes:
@@ -50,21 +58,44 @@ def _page(body: ET.Element, index: int, page: PageLayout) -> None:
     if page.failed or not (page.lines or page.text.strip()):
         element.text = " "  # <div/> is no empty div to an HTML parser
         return
-    area = _bbox(union([line.bbox for line in page.lines]) if page.lines else (0, 0, page.width, page.height))
+    if page.lines:
+        line_number = 1
+        for k, region in enumerate(page.regions, 1):
+            line_number = _region(element, n, k, region, line_number)
+        return
+    area = _bbox((0, 0, page.width, page.height))
     carea = ET.SubElement(element, "div", {"class": "ocr_carea", "id": f"block_{n}_1", "title": area})
     par = ET.SubElement(carea, "p", {"class": "ocr_par", "id": f"par_{n}_1", "title": area})
-    if page.lines:
-        for i, line in enumerate(page.lines, 1):
-            span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{n}_{i}", "title": _bbox(line.bbox)})
-            for j, word in enumerate(line.words, 1):
-                w = ET.SubElement(span, "span", {"class": "ocrx_word", "id": f"word_{n}_{i}_{j}",
-                                                 "title": f"{_bbox(word.bbox)}; x_wconf {round(word.confidence * 100)}"})
-                w.text = word.text
-                w.tail = " "
-        return
     for i, text in enumerate([line for line in page.text.splitlines() if line.strip()], 1):  # no boxes: page-level text, line by line
         span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{n}_{i}", "title": area})
-        span.text = text
+        span.text = clean(text)
+
+
+def _region(page: ET.Element, n: int, k: int, region, line_number: int) -> int:
+    """One region and its paragraph of lines; returns the next line's number."""
+    boxes = [line.bbox for line in region.lines] + ([region.bbox] if region.bbox else [])
+    if not boxes:
+        return line_number
+    area = _bbox(union(boxes))
+    kind = REGION_CLASS.get(region.type, "ocr_carea")
+    if region.type == "figure" and not region.lines:
+        kind = "ocr_image"
+    container = ET.SubElement(page, "div", {"class": kind, "id": f"block_{n}_{k}", "title": area})
+    if not region.lines:
+        container.text = " "
+        return line_number
+    par_area = _bbox(union([line.bbox for line in region.lines]))
+    par = ET.SubElement(container, "h1" if region.type == "title" else "p",
+                        {"class": "ocr_par", "id": f"par_{n}_{k}", "title": par_area})
+    for line in region.lines:
+        span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{n}_{line_number}", "title": _bbox(line.bbox)})
+        for j, word in enumerate(line.words, 1):
+            w = ET.SubElement(span, "span", {"class": "ocrx_word", "id": f"word_{n}_{line_number}_{j}",
+                                             "title": f"{_bbox(word.bbox)}; x_wconf {round(word.confidence * 100)}"})
+            w.text = clean(word.text)
+            w.tail = " "
+        line_number += 1
+    return line_number
 
 
 def _bbox(box) -> str:

@@ -6,6 +6,7 @@ EXIF turn, or the PDF page rendered at `dpi`), before the orientation step's tur
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -31,6 +32,14 @@ class TextLine:
 
 
 @dataclass
+class Region:
+    type: str  # text, title, table, figure, figure_caption, table_caption, header, footer, reference, equation
+    bbox: Optional[tuple]  # None where the engine gave no positions (a VLM's Markdown)
+    lines: list = field(default_factory=list)  # list[TextLine], in reading order
+    text: str = ""
+
+
+@dataclass
 class PageLayout:
     page_number: int  # 1-based, in the source document
     width: int
@@ -40,11 +49,20 @@ class PageLayout:
     lines: list = field(default_factory=list)  # list[TextLine], in reading order
     text: str = ""  # the page's text; for a page without boxes (a VLM's Markdown) the only thing there is
     failed: bool = False  # a page of a partial job that could not be read
+    regions: list = field(default_factory=list)  # list[Region], in reading order: the lines, typed
 
     @property
     def boxed(self) -> bool:
         """False for a page whose engine wrote text without saying where: page-level text only."""
         return bool(self.lines)
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def clean(text: str) -> str:
+    """Text as XML 1.0 can carry it: control characters (a file name's, a VLM's) become U+FFFD."""
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def union(boxes: list) -> tuple:
@@ -61,11 +79,26 @@ def page_layout(page: dict) -> PageLayout:
         return PageLayout(page["page_number"], page.get("width") or 0, page.get("height") or 0, page.get("dpi"),
                           0, failed=True)
     by_line: dict = {}
+    region_of: dict = {}
     for block in page.get("blocks", []):
         by_line.setdefault(block["line"], []).extend(_words(block))
-    lines = [TextLine(words) for _, words in sorted(by_line.items()) if words]
+        region_of.setdefault(block["line"], block.get("region"))
+    lines = {number: TextLine(words) for number, words in sorted(by_line.items()) if words}
     return PageLayout(page["page_number"], page["width"], page["height"], page.get("dpi"), page.get("rotation", 0),
-                      lines, page.get("text", ""))
+                      list(lines.values()), page.get("text", ""), regions=_regions(page, lines, region_of))
+
+
+def _regions(page: dict, lines: dict, region_of: dict) -> list:
+    """The page's regions with their lines; a result without regions (from before them) is one text region."""
+    found = page.get("regions")
+    if not found:
+        return [Region("text", union([line.bbox for line in lines.values()]), list(lines.values()))] if lines else []
+    regions = [Region(r["type"], tuple(r["bbox"]) if r.get("bbox") else None, [], r.get("text", "")) for r in found]
+    for number, line in lines.items():
+        index = region_of.get(number)
+        if isinstance(index, int) and 0 <= index < len(regions):
+            regions[index].lines.append(line)
+    return regions
 
 
 def _words(block: dict) -> list:

@@ -1,8 +1,9 @@
 """What hocr-spec does not check of an hOCR document, by the hOCR 1.2 spec (kba.github.io/hocr-spec/1.2/):
 it accepts an unknown class, a word without a bbox, or a line outside its paragraph. Here:
 - every `ocr*` class is one the spec defines, and is declared in `ocr-capabilities`;
-- the layout nests as the spec says: ocrx_word in ocr_line, ocr_line in ocr_par, ocr_par in ocr_carea,
-  ocr_carea in ocr_page;
+- the layout nests as the spec says: ocrx_word in ocr_line, ocr_line in ocr_par, ocr_par in a content
+  area (ocr_carea) or a float or logical block the spec names (ocr_table, ocr_caption, ocr_header,
+  ocr_footer, ocr_float, ocr_display, as ABBYY's hOCR puts ocr_par in ocr_footer), those in ocr_page;
 - every such element has a bbox of four integers, inside its parent's bbox and inside the page;
 - x_wconf, where given, is a number from 0 to 100.
 """
@@ -20,7 +21,9 @@ KNOWN = {"ocr_document", "ocr_title", "ocr_author", "ocr_abstract", "ocr_part", 
          "ocr_float", "ocr_textfloat", "ocr_textimage", "ocr_image", "ocr_photo", "ocr_header", "ocr_footer",
          "ocr_pageno", "ocr_table", "ocr_glyph", "ocr_glyphs", "ocr_dropcap", "ocr_chem", "ocr_math",
          "ocr_cinfo", "ocrx_block", "ocrx_line", "ocrx_word"}
-PARENT = {"ocrx_word": "ocr_line", "ocr_line": "ocr_par", "ocr_par": "ocr_carea", "ocr_carea": "ocr_page"}
+AREAS = ("ocr_carea", "ocr_table", "ocr_caption", "ocr_header", "ocr_footer", "ocr_float", "ocr_display")
+PARENT = {"ocrx_word": ("ocr_line",), "ocr_line": ("ocr_par",), "ocr_par": AREAS,
+          **{area: ("ocr_page",) for area in AREAS + ("ocr_image",)}}
 BBOX = re.compile(r"(?:^|;)\s*bbox (-?\d+) (-?\d+) (-?\d+) (-?\d+)\s*(?:;|$)")
 WCONF = re.compile(r"(?:^|;)\s*x_wconf (\S+)\s*(?:;|$)")
 
@@ -46,8 +49,8 @@ def _walk(element, ocr_parent, parent_box, declared: set, problems: list) -> Non
             problems.append(f"{where}: not a class of the hOCR spec")
         if name not in declared:
             problems.append(f"{where}: not declared in ocr-capabilities")
-        if name in PARENT and ocr_parent != PARENT[name]:
-            problems.append(f"{where}: inside {ocr_parent}, where the spec puts it in {PARENT[name]}")
+        if name in PARENT and ocr_parent not in PARENT[name]:
+            problems.append(f"{where}: inside {ocr_parent}, where the spec puts it in {' or '.join(PARENT[name])}")
         title = element.get("title") or ""
         found = BBOX.search(title)
         if found is None:
