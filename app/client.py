@@ -127,15 +127,20 @@ class Progress:
 
 
 def process_file(client: Client, path: Path, stem: str, out: Path, pages: Optional[str],
-                 progress: Progress, formats: tuple = ("markdown",), source: Optional[dict] = None) -> Outcome:
-    """`source`: source_of(path, pages) where the caller has it already (the file is not hashed twice)."""
+                 progress: Progress, formats: tuple = ("markdown",), source: Optional[dict] = None,
+                 options: Optional[dict] = None) -> Outcome:
+    """`source`: source_of(path, pages) where the caller has it already (the file is not hashed twice).
+    `options`: the request's fields (structure, pdf_text, lang, orientation) where set."""
     started = time.monotonic()
     data = path.read_bytes()
     source = source or {"sha256": hashlib.sha256(data).hexdigest(), "pages": pages or None}
     keep = "pdf" in formats  # the searchable PDF needs the document kept past the job's end
+    options = {name: value for name, value in (options or {}).items() if value}
     key_material = f"{source['sha256']}\0{pages or ''}" + ("\0pdf" if keep else "")  # the same job on a rerun
+    key_material += "".join(f"\0{name}={value}" for name, value in sorted(options.items()))
     key = "ocrc-" + hashlib.sha256(key_material.encode()).hexdigest()[:48]
     params = {"pages": pages} if pages else {}
+    params.update(options)
     if keep:
         params["keep_document"] = "true"
     files = {"file": (path.name, data, CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream"))}
@@ -240,6 +245,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--api-key-file", help="file holding the API key")
     parser.add_argument("--concurrency", type=int, default=4, help="files in flight at once")
     parser.add_argument("--pages", help="page selection for every file, e.g. 1-3,7")
+    parser.add_argument("--structure", choices=("auto", "off"),
+                        help="layout regions and tables (auto), or lines only (off); default: the service's")
+    parser.add_argument("--pdf-text", choices=("auto", "ocr", "layer"),
+                        help="a PDF page's own text layer: read where usable (auto), never (ocr), wherever present (layer)")
+    parser.add_argument("--lang", choices=("auto", "deu-frak", "latin"), help="script hint (docs/api.md)")
+    parser.add_argument("--orientation", help="auto, off, or an angle: 0, 90, 180, 270 (docs/api.md)")
     parser.add_argument("--poll", type=float, default=1.0, help="seconds between status polls")
     parser.add_argument("--give-up-after", type=float, default=600.0,
                         help="seconds one call keeps retrying a service that is down or answering 503")
@@ -265,8 +276,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     progress = Progress(disable=options.no_progress)
     try:
         with ThreadPoolExecutor(max_workers=max(1, options.concurrency)) as pool:
+            fields = {"structure": options.structure, "pdf_text": options.pdf_text, "lang": options.lang,
+                      "orientation": options.orientation}
             futures = {path: pool.submit(process_file, client, path, stems[path], out, options.pages, progress,
-                                         formats, sources[path])
+                                         formats, sources[path], fields)
                        for path in todo}
             for path, future in futures.items():
                 try:

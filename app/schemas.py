@@ -106,3 +106,5 @@ class PageStructure:
     tables: dict = field(default_factory=dict)  # region index -> (structure tokens, cell boxes)
     timings_ms: dict = field(default_factory=dict)  # layout, tables
     note: Optional[str] = None  # why a page has no regions (the models are not installed)
+    candidates: list = field(default_factory=list)  # text regions read as tables too: kept where the lines agree
+    whole_page: Optional[int] = None  # a region added for a page with none, as a table candidate: else dropped

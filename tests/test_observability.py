@@ -160,8 +160,10 @@ def test_prometheus_counts_exactly_the_pages_and_requests_sent(service, promethe
     # auto), queued, OCR'd, postprocessed;
     # read_upload for the four bodies read (the empty one is refused while reading), total for the
     # three requests that succeeded.
+    # Each page's layout and tables are read too (structure: auto, the StructureModel).
     assert stages == {"decode": 1, "render": 6, "resize_encode": 7, "orientation": 7, "queue_wait": 7, "postprocess": 7,
-                      "read_upload": 4, "total": 3} | {"engine": stages.get("engine")}, stages
+                      "structure_layout": 7, "structure_tables": 7, "read_upload": 4, "total": 3} | \
+        {"engine": stages.get("engine")}, stages
     assert by_label(prometheus, "sum by (rotation) (ray_ocr_page_rotations_total)", "rotation") == {"0": 7}
     assert 1 <= stages["engine"] <= 7  # batches: 7 pages in between 1 and 7 engine calls
     # One observation per engine call in both batch histograms, every batch within max_batch_size 8.

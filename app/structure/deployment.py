@@ -19,6 +19,7 @@ from ray import serve
 
 from app.ops import metrics
 from app.schemas import PagePayload, PageStructure
+from app.structure.gutters import in_columns
 from app.structure.settings import StructureSettings
 
 logger = logging.getLogger("ray.serve")
@@ -40,16 +41,32 @@ class StructureReader:
     def read(self, image: np.ndarray) -> PageStructure:
         rgb = np.repeat(image[:, :, None], 3, axis=2) if image.ndim == 2 else image
         started = time.perf_counter()
-        regions = self._layout.regions(rgb)
+        regions = [(r.type, r.box, r.score) for r in self._layout.regions(rgb)]
         layout_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        tables = {}
+        tables, candidates, whole_page = {}, [], None
         if self._table is not None:
-            for index, region in enumerate(regions):
-                if region.type == "table":
-                    tables[index] = self._table_cells(rgb, region.box)
-        return PageStructure([(r.type, r.box, r.score) for r in regions], tables,
-                             {"layout": round(layout_ms, 1), "tables": round((time.perf_counter() - started) * 1000, 1)})
+            candidates = self._candidates(rgb, regions)
+            if not regions and in_columns(_gray(rgb)):  # nothing found: the image may be a table, cropped tight
+                whole_page = len(regions)
+                regions.append(("text", (0.0, 0.0, float(rgb.shape[1]), float(rgb.shape[0])), 0.0))
+                candidates.append(whole_page)
+            for index, (kind, box, _) in enumerate(regions):
+                if kind == "table" or index in candidates:
+                    tables[index] = self._table_cells(rgb, box)
+        return PageStructure(regions, tables, {"layout": round(layout_ms, 1),
+                                               "tables": round((time.perf_counter() - started) * 1000, 1)},
+                             candidates=candidates, whole_page=whole_page)
+
+    def _candidates(self, rgb: np.ndarray, regions: list) -> list:
+        """Text and figure regions that stand in columns (a tight crop of a table reads as either): the table
+        model reads them too (app/structure/gutters.py)."""
+        found = []
+        for index, (kind, box, _) in enumerate(regions):
+            x0, y0, x1, y1 = (int(v) for v in box)
+            if kind in ("text", "figure") and in_columns(_gray(rgb[y0:y1, x0:x1])):
+                found.append(index)
+        return found
 
     def _table_cells(self, rgb: np.ndarray, box: tuple) -> tuple:
         height, width = rgb.shape[:2]
@@ -59,6 +76,10 @@ class StructureReader:
         found = self._table.structure(rgb[y0:y1, x0:x1])
         cells = [(c[0] + x0, c[1] + y0, c[2] + x0, c[3] + y0) for c in found.cells]
         return found.tokens, cells
+
+
+def _gray(rgb: np.ndarray) -> np.ndarray:
+    return rgb.mean(axis=2) if rgb.ndim == 3 else rgb
 
 
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)

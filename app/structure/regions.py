@@ -25,6 +25,7 @@ _IN_REGION = 0.5  # a line belongs to a region holding at least this share of it
 _SAME_REGION = 0.5  # two regions overlapping this much (IoU) are one, the likelier kept
 _WHOLE_PAGE_FIGURE = 0.5  # a page whose figures hold this share of its lines is not a figure
 _ROWS_SHARED = 0.5  # blocks side by side sharing rows for this share of the smaller's lines are one
+_RUNNING_TEXT = 10.0  # a line this many times as long as it is high is running text (app/pipeline/layout.py)
 _TITLE_PRINT = 1.5  # a header or footer of one or two lines this many median line heights tall is a title
 
 
@@ -137,9 +138,18 @@ def _shares_rows(a: Block, b: Block) -> bool:
         return False
     if min(a.bbox[2], b.bbox[2]) > max(a.bbox[0], b.bbox[0]):  # they overlap across: one above the other
         return False
+    if _running_text(a) and _running_text(b):  # two columns set on the same baselines: the line reader's case
+        return False
     fewer, more = sorted((a.lines, b.lines), key=len)
     shared = sum(any(_same_row(x, y) for y in more) for x in fewer)
     return shared >= _ROWS_SHARED * len(fewer) and shared > 0
+
+
+def _running_text(block: Block) -> bool:
+    """Sentences, not labels or amounts: the median line is many times longer than it is high."""
+    widths = sorted(line.boxes[-1].x1 - line.boxes[0].x0 for line in block.lines)
+    heights = sorted(line.height for line in block.lines)
+    return widths[len(widths) // 2] >= _RUNNING_TEXT * heights[len(heights) // 2]
 
 
 def _same_row(a: Line, b: Line) -> bool:

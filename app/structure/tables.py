@@ -48,11 +48,17 @@ class Table:
         return any(c.row_span > 1 or c.column_span > 1 for c in self.cells)
 
     def html(self) -> str:
-        rows = []
+        """Header rows (the model's <thead>, a Markdown table's first row) in <thead>, as PubTabNet writes."""
+        rows, head = [], 0
         for row in range(self.rows):
-            tds = "".join(f"<td{_span_attributes(c)}>{html.escape(c.text)}</td>" for c in self.cells if c.row == row)
+            cells = [c for c in self.cells if c.row == row]
+            tds = "".join(f"<td{_span_attributes(c)}>{html.escape(c.text)}</td>" for c in cells)
             rows.append(f"<tr>{tds}</tr>")
-        return "<table>" + "".join(rows) + "</table>"
+            if cells and all(c.header for c in cells) and head == row:
+                head = row + 1
+        if head == 0 or head == len(rows):
+            return "<table>" + "".join(rows) + "</table>"
+        return f"<table><thead>{''.join(rows[:head])}</thead><tbody>{''.join(rows[head:])}</tbody></table>"
 
     def markdown(self) -> str:
         """A pipe table where no cell spans; HTML where one does (Markdown tables cannot span)."""

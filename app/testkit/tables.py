@@ -41,7 +41,8 @@ class TablePage:
 
 
 def cells_html(cells: list, rows: int) -> str:
-    """<table><tr><td ...>text</td>...</tr>...</table>, the shape the service writes."""
+    """<table><thead><tr><td ...>text</td>...</tr></thead><tbody>...</tbody></table>: the first row is the
+    header, as PubTabNet writes a table (and the service, where the model finds the head)."""
     body = []
     for row in range(rows):
         tds = []
@@ -50,7 +51,7 @@ def cells_html(cells: list, rows: int) -> str:
                                                                     ("colspan", cell.column_span)) if value > 1)
             tds.append(f"<td{spans}>{html.escape(cell.text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
-    return "<table>" + "".join(body) + "</table>"
+    return f"<table><thead>{body[0]}</thead><tbody>{''.join(body[1:])}</tbody></table>"
 
 
 def table_page(seed: int, ruling: str | None = None, width: int = 1240) -> TablePage:
