@@ -101,8 +101,8 @@ def _png(image) -> bytes:
 
 
 def service_tables(url: str, items: list[dict]) -> list[str]:
-    uploads = [Upload(item["png"], "image/png", item["name"] + ".png") for item in items]
-    answers, _ = closed_loop(url + "/v1/ocr?structure=auto", uploads, 1, timeout_s=300)
+    uploads = [Upload(item["png"], "image/png", item["name"] + ".png", params={"structure": "auto"}) for item in items]
+    answers, _ = closed_loop(url, uploads, 1, timeout_s=300)
     htmls = []
     for item, answer in zip(items, answers):
         if not answer.ok:

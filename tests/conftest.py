@@ -52,6 +52,10 @@ TEST_ARGS = {
     "limits": TEST_LIMITS,
     # A generous wait so that concurrent pages reliably meet in one batch.
     "batching": {"max_batch_size": 8, "batch_wait_timeout_s": 0.3, "max_concurrent_batches": 1},
+    # Lines only unless a request asks (structure=auto): the timing and fault tests keep the load they were
+    # sized for on 2 cores (with layout on every page a killed OCR replica came back in 19 s, not 15);
+    # the structure tests ask for it, and python -m app (the observability tests) serves the default, auto.
+    "structure": {"mode": "off"},
     # Jobs in a SQLite file of this run; short leases so that a takeover after kill -9 takes seconds.
     "jobs": {"store": f"sqlite:///{tempfile.mkdtemp(prefix='ocr-jobs-')}/jobs.sqlite3", "lease_s": 3,
              "max_pages": 40, "max_inflight_pages": 4, "upload_idle_timeout_s": 5,

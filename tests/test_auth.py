@@ -88,7 +88,8 @@ def test_probes_stay_open_and_the_unsecured_app_is_unchanged(secured, client, in
     assert client.get(f"{url}/healthz").status_code == 200
     ready = client.get(f"{url}/readyz")
     assert ready.status_code == 200, ready.text  # no key needed, and this app's own four stages count
-    assert set(ready.json()["replicas"]) == {"Ingress", "Preprocessor", "OCRModel", "Postprocessor", "JobRunner"}
+    assert set(ready.json()["replicas"]) == {"Ingress", "Preprocessor", "OCRModel", "Postprocessor", "JobRunner",
+                                             "StructureModel"}
     open_app = client.post("/v1/ocr", files={"file": ("i.png", invoice_png, "image/png")})
     assert open_app.status_code == 200
 

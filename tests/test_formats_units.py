@@ -148,3 +148,39 @@ def test_a_pdf_its_owner_locked_stays_locked_and_searchable():
     assert pdftotext(pdf).split() == ["Owner", "locked"]
     with pikepdf.open(io.BytesIO(pdf)) as opened:
         assert opened.is_encrypted and not opened.allow.modify_other
+
+
+def test_control_characters_in_text_or_a_file_name_keep_hocr_and_alto_well_formed():
+    import xml.etree.ElementTree as ET
+
+    page = page_result([("Rech\x01nung", (10, 10, 90, 50)), ("\x1bNr", (100, 10, 150, 50))])
+    hocr = render_hocr([page], "ppocr")
+    alto = render_alto([page], "ppocr", file_name="scan\x0c.png")
+    for document in (hocr, alto):
+        ET.fromstring(document)  # well-formed: ElementTree would have written the characters raw
+    assert "Rech\ufffdnung" in hocr.decode() and "scan\ufffd.png" in alto.decode()
+    assert_valid_hocr(hocr)
+    alto_schema().validate(io.BytesIO(alto))
+
+
+def test_regions_become_the_hocr_and_alto_elements_the_specs_name():
+    page = page_result([("Annual", (10, 10, 90, 50))])
+    page["blocks"] += [{"text": "Paper 12", "bbox": [0, 60, 200, 90], "confidence": 0.9, "line": 1, "region": 1,
+                        "words": [{"text": "Paper", "bbox": [10, 60, 80, 90], "confidence": 0.9},
+                                  {"text": "12", "bbox": [120, 60, 150, 90], "confidence": 0.9}]},
+                       {"text": "Page 3", "bbox": [0, 150, 100, 180], "confidence": 0.9, "line": 2, "region": 2,
+                        "words": [{"text": "Page", "bbox": [10, 150, 60, 180], "confidence": 0.9},
+                                  {"text": "3", "bbox": [70, 150, 80, 180], "confidence": 0.9}]}]
+    page["blocks"][0]["region"] = 0
+    page["regions"] = [{"type": "title", "bbox": [10, 10, 90, 50], "text": "Annual", "table": None},
+                       {"type": "table", "bbox": [0, 55, 200, 95], "text": "Paper 12", "table": 0},
+                       {"type": "footer", "bbox": [0, 145, 100, 185], "text": "Page 3", "table": None},
+                       {"type": "figure", "bbox": [300, 10, 600, 150], "text": "", "table": None}]
+    hocr = render_hocr([page], "ppocr")
+    assert_valid_hocr(hocr)
+    for element in (b'<div class="ocr_title"', b'class="ocr_table"', b'class="ocr_footer"', b'class="ocr_image"'):
+        assert element in hocr
+    alto = render_alto([page], "ppocr")
+    alto_schema().validate(io.BytesIO(alto))
+    assert b'<ComposedBlock ID="composed_1_2" TYPE="table"' in alto and b'TAGREFS="TAG_footer"' in alto
+    assert b'<Illustration ID="illustration_1_4"' in alto

@@ -78,6 +78,7 @@ def test_a_subverted_decoder_cannot_pass_off_a_malformed_layer():
 
 
 def ocr(client, document: bytes, **params):
+    params.setdefault("structure", "auto")  # the session's service reads lines only unless asked (conftest.py)
     answer = client.post("/v1/ocr", content=document, headers={"content-type": "application/pdf"}, params=params)
     assert answer.status_code == 200, answer.text
     return answer

@@ -258,3 +258,24 @@ def test_a_vlm_page_and_a_cpu_page_answer_tables_in_one_shape():
     assert cpu["html"] == vlm["html"] and all(c["bbox"] for c in cpu["cells"]) and not any(c["bbox"] for c in vlm["cells"])
     assert [r["type"] for r in written["regions"]] == ["title", "text", "table", "table", "equation", "figure"]
     assert set(written["regions"][0]) == set(boxed["regions"][0])
+
+
+def test_a_page_the_structure_models_choke_on_is_still_read_as_lines():
+    import asyncio
+
+    from app.pipeline.postprocess import build_page_result
+    from app.schemas import EngineResult, PageOCR, PagePayload, TextLine
+    from app.structure.deployment import StructureModel
+
+    class Choking:
+        def read(self, image):
+            raise ValueError("a crafted page")
+
+    model = StructureModel.func_or_class.__new__(StructureModel.func_or_class)
+    model._reader, model._missing = Choking(), None
+    page = PagePayload("t", 0, 1, np.zeros((50, 200, 3), np.uint8), 200, 50, 200, 50, 1.0)
+    found = asyncio.run(model.analyse(page))
+    assert found.regions == [] and "not read (ValueError)" in found.note
+    line = TextLine([[10, 10], [150, 10], [150, 30], [10, 30]], "still here", 0.9)
+    result = build_page_result(PageOCR(page, EngineResult(lines=[line]), 1, 1), found)
+    assert result["text"] == "still here" and found.note in result["notes"]

@@ -1,8 +1,7 @@
 """hOCR 1.2 (http://kba.github.io/hocr-spec/1.2/): pages, their regions, lines, words.
 
 Each region of the page (app/structure) is an element of its own class, as the spec names them, with one
-paragraph of its lines: text and references `ocr_carea`, a title `ocr_carea` whose paragraph is an `h1`,
-a table `ocr_table`, a caption `ocr_caption`, a page header `ocr_header` and footer `ocr_footer`, a
+paragraph of its lines: text and references `ocr_carea`, a title `ocr_title`, a table `ocr_table`, a caption `ocr_caption`, a page header `ocr_header` and footer `ocr_footer`, a
 figure `ocr_float` (`ocr_image` where nothing was read in it), an equation `ocr_display`.
 
 Every element's `bbox` is in pixels of the page as uploaded; words carry `x_wconf` (0-100). A page whose
@@ -20,9 +19,9 @@ from app import __version__
 from app.formats.pages import PageLayout, clean, page_layouts, union
 
 XHTML = "http://www.w3.org/1999/xhtml"
-CAPABILITIES = ("ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf ocr_table ocr_caption ocr_header "
-                "ocr_footer ocr_float ocr_image ocr_display")
-REGION_CLASS = {"table": "ocr_table", "figure_caption": "ocr_caption", "table_caption": "ocr_caption",
+CAPABILITIES = ("ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf ocr_title ocr_table ocr_caption "
+                "ocr_header ocr_footer ocr_float ocr_image ocr_display")
+REGION_CLASS = {"title": "ocr_title", "table": "ocr_table", "figure_caption": "ocr_caption", "table_caption": "ocr_caption",
                 "header": "ocr_header", "footer": "ocr_footer", "figure": "ocr_float", "equation": "ocr_display"}
 
 
@@ -85,8 +84,7 @@ def _region(page: ET.Element, n: int, k: int, region, line_number: int) -> int:
         container.text = " "
         return line_number
     par_area = _bbox(union([line.bbox for line in region.lines]))
-    par = ET.SubElement(container, "h1" if region.type == "title" else "p",
-                        {"class": "ocr_par", "id": f"par_{n}_{k}", "title": par_area})
+    par = ET.SubElement(container, "p", {"class": "ocr_par", "id": f"par_{n}_{k}", "title": par_area})
     for line in region.lines:
         span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{n}_{line_number}", "title": _bbox(line.bbox)})
         for j, word in enumerate(line.words, 1):

@@ -99,7 +99,12 @@ class StructureModel:
     async def analyse(self, page: PagePayload) -> PageStructure:
         if self._reader is None:
             return PageStructure(note="layout regions were not read: the structure models are not installed")
-        found = await asyncio.to_thread(self._reader.read, page.image)
+        try:
+            found = await asyncio.to_thread(self._reader.read, page.image)
+        except Exception as exc:  # noqa: BLE001 - a page the models choke on is still read, as lines
+            logger.warning("StructureModel: request %s page %d: %s", page.request_id, page.page_number,
+                           type(exc).__name__)
+            return PageStructure(note=f"layout regions were not read ({type(exc).__name__})")
         for stage, ms in found.timings_ms.items():
             metrics.stage(f"structure_{stage}", ms / 1000)
         return found

@@ -2,7 +2,7 @@
 it accepts an unknown class, a word without a bbox, or a line outside its paragraph. Here:
 - every `ocr*` class is one the spec defines, and is declared in `ocr-capabilities`;
 - the layout nests as the spec says: ocrx_word in ocr_line, ocr_line in ocr_par, ocr_par in a content
-  area (ocr_carea) or a float or logical block the spec names (ocr_table, ocr_caption, ocr_header,
+  area (ocr_carea) or a float or logical block the spec names (ocr_title, ocr_table, ocr_caption, ocr_header,
   ocr_footer, ocr_float, ocr_display, as ABBYY's hOCR puts ocr_par in ocr_footer), those in ocr_page;
 - every such element has a bbox of four integers, inside its parent's bbox and inside the page;
 - x_wconf, where given, is a number from 0 to 100.
@@ -21,7 +21,7 @@ KNOWN = {"ocr_document", "ocr_title", "ocr_author", "ocr_abstract", "ocr_part", 
          "ocr_float", "ocr_textfloat", "ocr_textimage", "ocr_image", "ocr_photo", "ocr_header", "ocr_footer",
          "ocr_pageno", "ocr_table", "ocr_glyph", "ocr_glyphs", "ocr_dropcap", "ocr_chem", "ocr_math",
          "ocr_cinfo", "ocrx_block", "ocrx_line", "ocrx_word"}
-AREAS = ("ocr_carea", "ocr_table", "ocr_caption", "ocr_header", "ocr_footer", "ocr_float", "ocr_display")
+AREAS = ("ocr_carea", "ocr_title", "ocr_table", "ocr_caption", "ocr_header", "ocr_footer", "ocr_float", "ocr_display")
 PARENT = {"ocrx_word": ("ocr_line",), "ocr_line": ("ocr_par",), "ocr_par": AREAS,
           **{area: ("ocr_page",) for area in AREAS + ("ocr_image",)}}
 BBOX = re.compile(r"(?:^|;)\s*bbox (-?\d+) (-?\d+) (-?\d+) (-?\d+)\s*(?:;|$)")
