@@ -17,6 +17,8 @@ from apted import APTED, Config
 from lxml import etree
 from lxml import html as lxml_html
 
+from load.metrics import edit_distance
+
 
 class _Node:
     def __init__(self, tag: str, colspan: int = 0, rowspan: int = 0, content: tuple = ()):
@@ -29,7 +31,7 @@ class _Cost(Config):
         if a.tag != b.tag or a.colspan != b.colspan or a.rowspan != b.rowspan:
             return 1.0
         if a.tag == "td" and (a.content or b.content):
-            return _levenshtein(a.content, b.content) / max(len(a.content), len(b.content))
+            return edit_distance(a.content, b.content) / max(len(a.content), len(b.content))
         return 0.0
 
     def children(self, node: _Node) -> list:
@@ -88,13 +90,3 @@ def _span(value) -> int:
         return int(value or 1)
     except ValueError:
         return 1
-
-
-def _levenshtein(a: tuple, b: tuple) -> int:
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
