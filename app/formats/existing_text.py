@@ -41,21 +41,16 @@ def strip_invisible_text(pdf: pikepdf.Pdf, page: pikepdf.Page) -> int:
     return removed
 
 
-def visible_text_boxes(data: bytes, page_number: int, size: tuple[int, int]) -> list:
-    """Line boxes of the page's visible, mapped text, in pixels of the page at `size` (its dpi's)."""
-    import pypdfium2 as pdfium
-
+def visible_text_boxes(document, page_number: int, size: tuple[int, int]) -> list:
+    """Line boxes of the page's visible, mapped text, in pixels of the page at `size` (its dpi's);
+    `document` is the PDF opened once with PDFium for all its pages."""
     from app.sandbox.pdf_text import visible_lines
 
-    document = pdfium.PdfDocument(data)
+    page = document[page_number - 1]
     try:
-        page = document[page_number - 1]
-        try:
-            return [line.box for line in visible_lines(page, size)]
-        finally:
-            page.close()
+        return [line.box for line in visible_lines(page, size)]
     finally:
-        document.close()
+        page.close()
 
 
 def uncovered(words: list, boxes: list) -> list:

@@ -38,13 +38,18 @@ def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) 
         is_pdf = sniff_kind(data, declared_type) == "pdf"
         pdf = _from_pdf(data, layouts) if is_pdf else _from_image(data, declared_type, layouts, limits)
         font = glyphless_font(pdf)
-        for page, layout in zip(pdf.pages, layouts):
-            if is_pdf:
-                strip_invisible_text(pdf, page)
-                if not layout.failed:
-                    layout = _without_visible_text(data, layout)
-            if not layout.failed and (layout.lines or layout.text.strip()):
-                _add_layer(pdf, page, layout, font)
+        own_text = _opened(data) if is_pdf else None  # PDFium reads the document's own text, once
+        try:
+            for page, layout in zip(pdf.pages, layouts):
+                if own_text is not None:
+                    strip_invisible_text(pdf, page)
+                    if not layout.failed:
+                        layout = _without_visible_text(own_text, layout)
+                if not layout.failed and (layout.lines or layout.text.strip()):
+                    _add_layer(pdf, page, layout, font)
+        finally:
+            if own_text is not None:
+                own_text.close()
         _describe(pdf, layouts)
         out = BytesIO()
         # A PDF locked by its owner (no user password, restricted permissions) stays locked the same way
@@ -60,9 +65,15 @@ def _from_pdf(data: bytes, layouts: list) -> pikepdf.Pdf:
     return _keep_pages(pikepdf.open(BytesIO(data)), layouts)
 
 
-def _without_visible_text(data: bytes, layout: PageLayout) -> PageLayout:
+def _opened(data: bytes):
+    import pypdfium2 as pdfium
+
+    return pdfium.PdfDocument(data)
+
+
+def _without_visible_text(document, layout: PageLayout) -> PageLayout:
     """The page's words that its own visible text does not already hold."""
-    boxes = visible_text_boxes(data, layout.page_number, (layout.width, layout.height))
+    boxes = visible_text_boxes(document, layout.page_number, (layout.width, layout.height))
     if not boxes:
         return layout
     if not layout.boxed:  # text without positions would lie over the page's own text: leave the page be
