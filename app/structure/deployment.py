@@ -108,6 +108,3 @@ class StructureModel:
         for stage, ms in found.timings_ms.items():
             metrics.stage(f"structure_{stage}", ms / 1000)
         return found
-
-    def check_health(self) -> None:
-        return None

@@ -113,7 +113,7 @@ def grid_from_tokens(tokens: list, boxes: list) -> Table:
                     pending.row_span = span
                 else:
                     pending.column_span = span
-        elif pending is not None and token.startswith(">") or token == "</td>" and pending is not None:
+        elif pending is not None and (token.startswith(">") or token == "</td>"):
             column = _place(table, pending, column, taken)
             pending = None
     return table
