@@ -97,6 +97,50 @@ def test_refusals_come_as_the_sdk_expects_them(service_url, client, invoice_png)
     assert corrupt.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_a_small_hostile_chat_body_is_refused_at_once_while_the_replica_answers(service_url, client, invoice_png):
+    """Issue 37.1: 0.4 MB of integers in `messages` took 3.1 s of the event loop and made a 21.7 MB error."""
+    body = b'{"model": "x", "messages": [' + b",".join([b"0"] * 200_000) + b"]}"
+    assert 390_000 < len(body) < 410_000
+    health: list[float] = []
+
+    def probe_health(stop: float) -> None:
+        while time.monotonic() < stop:
+            started = time.monotonic()
+            assert client.get("/healthz").status_code == 200
+            health.append(time.monotonic() - started)
+            time.sleep(0.02)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        prober = pool.submit(probe_health, time.monotonic() + 1.5)
+        started = time.monotonic()
+        answers = list(pool.map(lambda _: client.post("/v1/chat/completions", content=body,
+                                                      headers={"Content-Type": "application/json"}), range(3)))
+        took = time.monotonic() - started
+        prober.result()
+    for answer in answers:
+        check_error(answer, 400, "request_too_large")
+        assert len(answer.content) < 2048
+    assert took < 1.0, took
+    assert health and max(health) < 0.2, health
+    # Under the JSON cap but a pydantic error per element: one problem named, never the list.
+    many = client.post("/v1/chat/completions", json={"model": "x", "messages": [0] * 5000})
+    check_error(many, 400, "malformed_request")
+    assert len(many.content) < 2048 and "messages" in many.json()["error"]["message"]
+
+
+def test_logit_bias_past_its_cap_is_refused(service_url, client, invoice_png):
+    """Issue 37.2: each entry costs the vlm engine a step per token; 100,000 stalled a shared batch."""
+    model = sdk(service_url).models.list().data[0].id
+    for entries, code in ((100_000, "request_too_large"), (301, "malformed_request")):
+        answer = client.post("/v1/chat/completions", json={"model": model, "messages": page_message(invoice_png),
+                                                             "logit_bias": {str(i): 1.0 for i in range(entries)}})
+        check_error(answer, 400, code)
+        assert "logit_bias" in answer.json()["error"]["message"] or entries == 100_000
+    fine = client.post("/v1/chat/completions", json={"model": model, "messages": page_message(invoice_png),
+                                                     "logit_bias": {str(i): 1.0 for i in range(300)}})
+    assert fine.status_code == 200, fine.text
+
+
 # -- the `vlm` engine: the request's generation knobs, and static batches -------------------------
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,7 @@ class Ingress:
         try:
             body = await asyncio.wait_for(read_bounded(request, openai_api.body_limit(limits.max_upload_bytes)),
                                           limits.upload_read_timeout_s)
-            chat, upload = openai_api.parse_chat(body, limits.max_upload_bytes)
+            chat, upload = await asyncio.to_thread(openai_api.parse_chat, body, limits.max_upload_bytes)
             engine = await self._engine.get()
             model = openai_api.check_model(chat.model, engine)
             generation = chat.generation(self._engine.token_cap)
