@@ -39,6 +39,10 @@ class VLMOptions(BaseModel):
         "under a file lock and leaves a marker (in OCR_WEIGHTS_MARKER_DIR, default ~/.cache/ocr-weights-verified)."
     )
     warmup_max_batch: int = Field(32, ge=1, description="Largest batch the CUDA warm-up probes.")
+    page_timeout_s: float = Field(
+        600.0, gt=0, description="Wall-clock budget of one batch's generation: past it every row is ended where "
+        "it stands and its page is invalid (finish_reason `timeout`), so no page holds a shared batch longer."
+    )
 
 
 class VLLMOptions(BaseModel):

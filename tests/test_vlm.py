@@ -122,6 +122,32 @@ def test_guard_marks_looping_and_truncated_pages_invalid(engines):
     assert (cut.valid, cut.finish_reason) == (False, "length") and "max_new_tokens" in cut.notes[0]
 
 
+def test_a_batch_past_its_wall_clock_budget_ends_and_a_wide_logit_bias_costs_one_add(tiny_models):
+    """Issue 37.2: a page may hold a shared static batch no longer than vlm.page_timeout_s, and a
+    logit bias is one dense add per step (its effect is the same as the entries one by one)."""
+    import time
+
+    import torch
+
+    from app.engines.generation_guards import RowLimits
+    from app.schemas import Generation
+
+    engine = engine_for(tiny_models["got_ocr2"], max_new_tokens=4000, page_timeout_s=1.0)
+    started = time.monotonic()
+    results = engine.infer(mixed_pages()[:2], generation=[Generation(max_tokens=4000, ignore_eos=True), None])
+    took = time.monotonic() - started
+    assert took < 30, took  # 4,000 tokens would take minutes on this CPU
+    assert [r.finish_reason for r in results][0] == "timeout" and not results[0].valid
+    assert "page_timeout_s" in results[0].notes[0] and 0 < results[0].generated_tokens < 4000
+    biases = [{3: 5.0, 17: -2.0, 10**9: 1.0}, {}]  # a token past the vocabulary is ignored
+    limits = RowLimits([0, 0], [None, None], biases, prompt_length=0, stop_ids={1}, end_id=1)
+    scores = torch.zeros(2, 32)
+    out = limits(torch.zeros(2, 1, dtype=torch.long), scores)
+    expected = torch.zeros(2, 32)
+    expected[0, 3], expected[0, 17] = 5.0, -2.0
+    assert torch.equal(out, expected) and torch.equal(scores, torch.zeros(2, 32))  # the input is left alone
+
+
 def test_generated_tokens_count_up_to_the_end_token_and_never_the_batch_padding(engines):
     """gpu_bench's tokens/s: a page that ended early must not count its row's padding."""
     engine = engines["got_ocr2"]

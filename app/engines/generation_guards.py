@@ -8,11 +8,13 @@
 - `RowLimits` applies each row's request knobs (app/schemas.py `Generation`): end tokens
   held back until its `min_tokens`, its end forced where it must write exactly its length
   (benchmarks: random weights then cost what real pages of those lengths cost), its logit
-  bias; `RowCaps` ends each row at its own `max_tokens`.
+  bias (one dense add per step, however many entries); `RowCaps` ends each row at its own
+  `max_tokens`; `Deadline` ends every row once the batch has run past its wall-clock budget.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import torch
@@ -84,15 +86,25 @@ class RowLimits(LogitsProcessor):
         self._min = torch.tensor(min_tokens)
         self._end_at = torch.tensor([-1 if at is None else at for at in forced_end])
         self._biases = biases
+        self._dense: Optional[torch.Tensor] = None  # rows x vocabulary, built at the first step
         self._prompt_length, self._stops, self._end = prompt_length, sorted(stop_ids), end_id
+
+    def _bias(self, scores: torch.FloatTensor) -> torch.Tensor:
+        """Every row's bias as one tensor: a step costs one add, not one per entry (entries are capped at
+        the API, but a cap is no reason to loop)."""
+        if self._dense is None:
+            dense = torch.zeros_like(scores)
+            for row, bias in enumerate(self._biases):
+                entries = [(token, value) for token, value in bias.items() if 0 <= token < scores.shape[1]]
+                if entries:
+                    tokens, values = zip(*entries)
+                    dense[row, list(tokens)] = torch.tensor(values, dtype=scores.dtype, device=scores.device)
+            self._dense = dense
+        return self._dense
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self._prompt_length  # the index of the token being chosen
-        scores = scores.clone()
-        for row, bias in enumerate(self._biases):
-            for token, value in bias.items():
-                if 0 <= token < scores.shape[1]:
-                    scores[row, token] += value
+        scores = scores + self._bias(scores) if any(self._biases) else scores.clone()
         early = (step < self._min.to(scores.device)).nonzero(as_tuple=True)[0]
         scores[early[:, None], torch.tensor(self._stops, device=scores.device)] = -float("inf")
         end_at = self._end_at.to(scores.device)
@@ -111,3 +123,20 @@ class RowCaps(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self._prompt_length
         return torch.tensor([generated >= cap for cap in self._caps], dtype=torch.bool, device=input_ids.device)
+
+
+class Deadline(StoppingCriteria):
+    """Ends every row once the batch has generated for `budget_s` of wall-clock time, whatever the
+    cause (a slow device, a hostile knob): no page holds a static batch shared with others past it.
+    `expired_at`: the tokens generated when it fired (None: it did not)."""
+
+    def __init__(self, budget_s: float, prompt_length: int, clock=time.monotonic):
+        self._clock, self._prompt_length = clock, prompt_length
+        self._ends = clock() + budget_s
+        self.expired_at: Optional[int] = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        if self.expired_at is None and self._clock() >= self._ends:
+            self.expired_at = input_ids.shape[1] - self._prompt_length
+        return torch.full((input_ids.shape[0],), self.expired_at is not None, dtype=torch.bool,
+                          device=input_ids.device)

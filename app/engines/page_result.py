@@ -31,9 +31,10 @@ def generated_tokens(tokens: list[int], stops: set, pad_token_id) -> int:
 
 
 def page_result(family, tokens: list[int], max_new_tokens: int, stopped_at: Optional[int] = None,
-                non_finite: bool = False) -> EngineResult:
+                non_finite: bool = False, timeout_s: Optional[float] = None) -> EngineResult:
     """`stopped_at`: where a loop guard stopped the page (what follows is padding); `non_finite`:
-    its scores held NaN or +inf."""
+    its scores held NaN or +inf; `timeout_s`: the batch was ended at this wall-clock budget (a page
+    that had not reached its end token then was cut there)."""
     if stopped_at is not None:
         tokens = tokens[:stopped_at]
     text, finish_reason = family.decode(tokens)
@@ -47,6 +48,9 @@ def page_result(family, tokens: list[int], max_new_tokens: int, stopped_at: Opti
         if stopped_at is not None or looped:
             notes.append(LOOP_NOTE)
             finish_reason = "repetition" if stopped_at is not None else finish_reason
+        elif finish_reason == "length" and timeout_s is not None and generated < max_new_tokens:
+            finish_reason = "timeout"
+            notes.append(f"the output was cut when its batch passed vlm.page_timeout_s={timeout_s:g} s")
         elif finish_reason == "length":
             notes.append(f"the output was cut at max_new_tokens={max_new_tokens}")
     return EngineResult(markdown=text, finish_reason=finish_reason, valid=not notes, notes=notes,

@@ -185,30 +185,31 @@ class VLMEngine:
         return inputs
 
     def _generate(self, images: list[Image.Image], rows: list) -> list[EngineResult]:
-        tokens, stopped_at, non_finite = self._run_generate(images, rows)
-        return [self._finish(row_tokens[:spec.cap], spec.cap, stopped, bad)
+        tokens, stopped_at, non_finite, expired = self._run_generate(images, rows)
+        timeout_s = self._options.page_timeout_s if expired else None
+        return [self._finish(row_tokens[:spec.cap], spec.cap, stopped, bad, timeout_s)
                 for row_tokens, spec, stopped, bad in zip(tokens, rows, stopped_at, non_finite)]
 
     def _finish(self, tokens: list[int], max_new_tokens: int, stopped_at: Optional[int] = None,
-                non_finite: bool = False) -> EngineResult:
-        return page_result(self._family, tokens, max_new_tokens, stopped_at, non_finite)
+                non_finite: bool = False, timeout_s: Optional[float] = None) -> EngineResult:
+        return page_result(self._family, tokens, max_new_tokens, stopped_at, non_finite, timeout_s)
 
     def generated_ids(self, images: list[Image.Image]) -> list[list[int]]:
         """The tokens each page generated, through the serving path, up to and including its end
         token (the reference tests compare them with the model's own generate)."""
         rows = [RowSpec.of(None, self._options.max_new_tokens)] * len(images)
-        tokens, stopped_at, _ = self._run_generate(images, rows)
+        tokens, stopped_at, _, _ = self._run_generate(images, rows)
         stops, pad = self._family.eos_token_ids, self._family.tokenizer.pad_token_id
         return [row[:stopped] if stopped is not None else row[:generated_tokens(row, stops, pad)]
                 for row, stopped in zip(tokens, stopped_at)]
 
-    def _run_generate(self, images: list[Image.Image], rows: list) -> tuple[list, list, list]:
+    def _run_generate(self, images: list[Image.Image], rows: list) -> tuple[list, list, list, bool]:
         """(each row's tokens after the prompt, where the loop guard stopped each row, which rows
-        saw non-finite scores)."""
+        saw non-finite scores, whether the batch ran out of its wall-clock budget)."""
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        from app.engines.generation_guards import LoopGuard, NonFiniteWatch, RowCaps, RowLimits
+        from app.engines.generation_guards import Deadline, LoopGuard, NonFiniteWatch, RowCaps, RowLimits
 
         if self.fault_hook is not None:
             self.fault_hook(images)
@@ -218,7 +219,7 @@ class VLMEngine:
         prompt_length = inputs["input_ids"].shape[1]
         stops = self._family.eos_token_ids
         guard = LoopGuard(self._family.tokenizer, prompt_length, stops, enforce=[spec.guarded for spec in rows])
-        watch = NonFiniteWatch()
+        watch, deadline = NonFiniteWatch(), Deadline(self._options.page_timeout_s, prompt_length)
         processors = [*self.extra_logits_processors, watch]  # the test hooks stand for the model's own logits
         if any(spec.min_tokens or spec.forced_end is not None or spec.bias for spec in rows):
             processors.append(RowLimits([spec.min_tokens for spec in rows], [spec.forced_end for spec in rows],
@@ -229,12 +230,13 @@ class VLMEngine:
                 **inputs, max_new_tokens=max(spec.cap for spec in rows), do_sample=False, num_beams=1,
                 pad_token_id=self._family.tokenizer.pad_token_id, eos_token_id=sorted(stops),
                 logits_processor=LogitsProcessorList(processors),
-                stopping_criteria=StoppingCriteriaList([guard, RowCaps([spec.cap for spec in rows], prompt_length)]),
+                stopping_criteria=StoppingCriteriaList([guard, RowCaps([spec.cap for spec in rows], prompt_length),
+                                                        deadline]),
             )
         if self._device == "cuda":
             self.last_peak_memory_mib = torch.cuda.max_memory_allocated() / 2**20
         tokens = output[:, prompt_length:].tolist()
-        return tokens, guard.stopped_rows(len(tokens)), watch.rows(len(tokens))
+        return tokens, guard.stopped_rows(len(tokens)), watch.rows(len(tokens)), deadline.expired_at is not None
 
     def check_health(self) -> None:
         """Touch the device: a dead CUDA context fails here, not on the next request."""
