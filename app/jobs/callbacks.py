@@ -1,13 +1,19 @@
 """Callbacks when a job ends: `callback_url` on submit, POSTed the job's status, signed, retried.
 
-Air-gapped rooms call back into their own systems only, so a callback_url must name a host in
-`jobs.callbacks.allowed_hosts`, checked at submit (400 otherwise) and again before each delivery;
-redirects are not followed. Each POST carries `X-OCR-Signature: t=TIMESTAMP,v1=HEX`, HEX being
-HMAC-SHA256 with the key in `jobs.callbacks.secret_file` over `TIMESTAMP.` followed by the body, so a
-receiver can check who sent it and refuse a replay (docs/api.md shows the check). A delivery that does
-not get a 2xx is tried again after `backoff_s`, doubled each time, up to `max_attempts`; the outcome is
-in the job's status (`callback`). Deliveries are taken from the store (`claim_callback`), so a runner
-that dies mid-delivery leaves it to another: at least once, and `X-OCR-Job` lets a receiver drop a repeat.
+Air-gapped rooms call back into their own systems only, so a callback_url must name a receiver in
+`jobs.callbacks.allowed_hosts` (app/jobs/callback_policy.py), checked at submit (400 otherwise) and
+again before each delivery, where the host is resolved once, the address checked, and the connection
+made to that address; redirects are not followed. Each POST carries `X-OCR-Signature:
+t=TIMESTAMP,v1=HEX`, HEX being HMAC-SHA256 with the receiver's key over `TIMESTAMP.` followed by the
+body, so a receiver can check who sent it and refuse a replay (docs/api.md shows the check).
+
+An attempt has one deadline for all of it (a receiver that answers a byte a second is cut there) and
+reads at most 64 KiB of the answer. Deliveries run side by side: a slow receiver holds its own slot,
+never the loop that takes the next due callback, and its claim on the store outlives its deadline, so
+no other runner takes it over meanwhile. A delivery that does not get a 2xx is tried again after
+`backoff_s`, doubled each time, up to `max_attempts`; the job's owner sees only the outcome's class
+(`timeout`, `connection_failed`, ...), never the connection's error text (a port scanner's oracle).
+At least once: `X-OCR-Job` lets a receiver drop a repeat.
 """
 
 from __future__ import annotations
@@ -17,42 +23,23 @@ import hashlib
 import hmac
 import json
 import logging
+import socket
 import time
-from pathlib import Path
 from typing import Optional
-from urllib.parse import urlsplit
 
 import httpx
 
 from app.errors import BadRequest
-from app.jobs.model import CALLBACK_PENDING, Job, iso, status_body
+from app.jobs.callback_policy import AddressRefused, Secrets, Target, allowed_target, allowed_url, checked_address
+from app.jobs.model import CALLBACK_PENDING, Job, iso, job_tag, status_body
 from app.jobs.settings import Callbacks
 
+__all__ = ["CallbackSender", "allowed_url", "signature"]
 logger = logging.getLogger("ray.serve")
 SIGNATURE_HEADER = "X-OCR-Signature"
-MAX_URL = 2048
 MAX_BACKOFF_S = 300.0
-
-
-def allowed_url(url: str, settings: Callbacks) -> str:
-    """The callback_url as given, if it names an allowed host; else 400 saying why."""
-    if not settings.allowed_hosts:
-        raise BadRequest("Callbacks are not enabled here: jobs.callbacks.allowed_hosts is empty.",
-                         code="callback_not_allowed")
-    parts = urlsplit(url) if len(url) <= MAX_URL else None
-    try:
-        port = parts.port if parts else None
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
-        raise BadRequest(f"callback_url must be an http(s) URL of at most {MAX_URL} characters, without credentials.",
-                         code="invalid_callback_url")
-    host = parts.hostname.lower()
-    port = port or (443 if parts.scheme == "https" else 80)
-    if host not in settings.allowed_hosts and f"{host}:{port}" not in settings.allowed_hosts:
-        raise BadRequest(f"callback_url's host {host}:{port} is not in jobs.callbacks.allowed_hosts.",
-                         code="callback_not_allowed")
-    return url
+MAX_ANSWER_BYTES = 64 * 1024
+CLAIM_MARGIN_S = 30.0  # a claim outlives its attempt's deadline by this much
 
 
 def signature(secret: bytes, timestamp: int, body: bytes) -> str:
@@ -61,16 +48,17 @@ def signature(secret: bytes, timestamp: int, body: bytes) -> str:
 
 
 class CallbackSender:
-    """Delivers due callbacks from the store, a few at a time, in the runner's event loop."""
+    """Delivers due callbacks from the store, up to `concurrency` at once, in the runner's event loop."""
 
-    def __init__(self, settings: Callbacks, store, base_path: str = "/v1/jobs", concurrency: int = 4):
+    def __init__(self, settings: Callbacks, store, base_path: str = "/v1/jobs", concurrency: int = 8):
         self._settings = settings
         self._store = store
         self._base = base_path
-        self._secret = Path(settings.secret_file).read_bytes().strip() if settings.secret_file else b""
+        self._secrets = Secrets(settings)  # refuses an empty key or one others may read: at start-up
         self._http = httpx.AsyncClient(verify=settings.ca_file or True, timeout=settings.timeout_s,
                                        follow_redirects=False, trust_env=False)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
+        self._running: set[asyncio.Task] = set()
         self.stats = {"delivered": 0, "failed_attempts": 0, "given_up": 0}
 
     @property
@@ -78,7 +66,6 @@ class CallbackSender:
         return bool(self._settings.allowed_hosts)
 
     async def run(self, poll_s: float) -> None:
-        """Due callbacks delivered apart from a runner's claims, so a slow receiver delays no job."""
         while True:
             try:
                 await self.deliver_due()
@@ -87,20 +74,26 @@ class CallbackSender:
             await asyncio.sleep(poll_s)
 
     async def deliver_due(self) -> int:
-        """Take and deliver what is due now; the number taken."""
-        taken = []
-        while len(taken) < 16:
-            job = await asyncio.to_thread(self._store.claim_callback, self._settings.timeout_s + 30)
+        """Start a delivery for each callback due now, while a slot is free; the number started. It
+        waits on none of them: the next poll takes what became due meanwhile."""
+        started = 0
+        while len(self._running) < self._concurrency:
+            job = await asyncio.to_thread(self._store.claim_callback, self._settings.timeout_s + CLAIM_MARGIN_S)
             if job is None:
                 break
-            taken.append(asyncio.ensure_future(self._deliver(job)))
-        if taken:
-            await asyncio.gather(*taken)
-        return len(taken)
+            task = asyncio.get_running_loop().create_task(self._deliver(job))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+            started += 1
+        return started
+
+    async def settle(self) -> None:
+        """Wait for the deliveries under way (tests; shutting down)."""
+        while self._running:
+            await asyncio.gather(*list(self._running), return_exceptions=True)
 
     async def _deliver(self, job: Job) -> None:
-        async with self._slots:
-            state, due = await self.attempt(job)
+        state, due = await self.attempt(job)
         await asyncio.to_thread(self._store.record_callback, job.id, state, due)
 
     async def attempt(self, job: Job) -> tuple[dict, Optional[float]]:
@@ -111,16 +104,19 @@ class CallbackSender:
         raw = json.dumps(body, separators=(",", ":")).encode()
         code, error = None, None
         try:
-            allowed_url(job.callback_url, self._settings)  # the allowlist may have shrunk since the submit
+            target = allowed_target(job.callback_url, self._settings)  # the allowlist may have shrunk since
             headers = {"Content-Type": "application/json", "X-OCR-Event": "job.finished", "X-OCR-Job": job.id,
-                       SIGNATURE_HEADER: signature(self._secret, int(time.time()), raw)}
-            response = await self._http.post(job.callback_url, content=raw, headers=headers)
-            code = response.status_code
-            error = None if 200 <= code < 300 else f"HTTP {code}"
-        except BadRequest as refused:
-            error, attempts = refused.message, self._settings.max_attempts  # never to be tried again
-        except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                       SIGNATURE_HEADER: signature(self._secrets.for_target(target), int(time.time()), raw)}
+            code = await asyncio.wait_for(self._post(target, raw, headers), self._settings.timeout_s)
+            error = None if 200 <= code < 300 else "http_status"
+        except BadRequest:
+            error, attempts = "not_allowed", self._settings.max_attempts  # never to be tried again
+        except (AddressRefused, asyncio.TimeoutError, httpx.HTTPError, OSError) as exc:
+            error = _error_class(exc)
+            logger.warning("job %s: callback attempt %d: %s", job_tag(job.id), attempts, _detail(exc))
+        return self._outcome(job, attempts, code, error)
+
+    def _outcome(self, job: Job, attempts: int, code: Optional[int], error: Optional[str]):
         now = time.time()
         state = {"attempts": attempts, "last_status": code, "last_error": error, "last_attempt_at": iso(now)}
         if error is None:
@@ -129,10 +125,39 @@ class CallbackSender:
         self.stats["failed_attempts"] += 1
         if attempts >= self._settings.max_attempts:
             self.stats["given_up"] += 1
-            logger.warning("job %s: callback given up after %d attempt(s): %s", job.id, attempts, error)
+            logger.warning("job %s: callback given up after %d attempt(s): %s", job_tag(job.id), attempts, error)
             return {"status": "failed", **state}, None
         wait = min(MAX_BACKOFF_S, self._settings.backoff_s * 2 ** (attempts - 1))
         return {"status": "pending", **state, "next_attempt_at": iso(now + wait)}, now + wait
 
+    async def _post(self, target: Target, raw: bytes, headers: dict) -> int:
+        """Resolve once, check the address, connect to it (TLS still checks the host's name), read at
+        most MAX_ANSWER_BYTES of the answer; the status code."""
+        infos = await asyncio.get_running_loop().getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+        address = checked_address(target, [info[4][0] for info in infos])
+        extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+        async with self._http.stream("POST", target.url_at(address), content=raw,
+                                     headers={**headers, "Host": target.host_header}, extensions=extensions) as answer:
+            read = 0
+            async for piece in answer.aiter_raw():
+                read += len(piece)
+                if read >= MAX_ANSWER_BYTES:
+                    break  # the status is all that counts; the rest is not read
+            return answer.status_code
+
     async def close(self) -> None:
+        for task in list(self._running):
+            task.cancel()
         await self._http.aclose()
+
+
+def _error_class(exc: BaseException) -> str:
+    if isinstance(exc, AddressRefused):
+        return "address_refused"
+    if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException)):
+        return "timeout"
+    return "connection_failed"
+
+
+def _detail(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"

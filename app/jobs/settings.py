@@ -34,12 +34,19 @@ class Callbacks(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allowed_hosts: list[str] = Field(
-        default_factory=list, description="Hosts a callback_url may name: `host` (any port) or `host:port`, "
-        "exactly; any other is refused at submit with 400. Empty: no callbacks."
+        default_factory=list, description="Receivers a callback_url may name: `host:port`, or `host` for the "
+        "scheme's own port only (443 for https, 80 for http); any other is refused at submit with 400. A host "
+        "that resolves to a link-local, multicast or unspecified address is never called, nor one that resolves "
+        "to loopback unless the entry itself names loopback. Empty: no callbacks."
     )
     secret_file: Optional[str] = Field(
-        None, description="File holding the HMAC-SHA256 key that signs every callback (X-OCR-Signature); required "
-        "with allowed_hosts. Share it with the receivers only."
+        None, description="File holding the HMAC-SHA256 key that signs callbacks (X-OCR-Signature); required "
+        "with allowed_hosts. Mode 0600 or stricter, not empty: refused at start-up otherwise."
+    )
+    receiver_secret_files: dict[str, str] = Field(
+        default_factory=dict, description="A key per receiver: `host[:port]` (as in allowed_hosts) -> its own "
+        "secret file, so that one receiver cannot forge callbacks to another. Receivers not named here share "
+        "secret_file."
     )
     ca_file: Optional[str] = Field(
         None, description="PEM file of the CA(s) that signed the receivers' certificates (https callbacks); unset: "
@@ -49,12 +56,16 @@ class Callbacks(BaseModel):
                               "failed (shown in the job's status).")
     backoff_s: float = Field(2.0, gt=0, description="Wait before the second attempt; doubled after each (at most "
                              "300 s).")
-    timeout_s: float = Field(10.0, gt=0, description="One attempt's limit, connecting and answering.")
+    timeout_s: float = Field(10.0, gt=0, description="One attempt's whole limit: resolving, connecting, sending "
+                             "and reading the answer (at most 64 KiB of it), however slowly the receiver sends.")
 
     @model_validator(mode="after")
     def _signed(self) -> "Callbacks":
         if self.allowed_hosts and not self.secret_file:
             raise ValueError("jobs.callbacks.allowed_hosts needs jobs.callbacks.secret_file: callbacks are signed")
+        unknown = sorted(set(self.receiver_secret_files) - set(self.allowed_hosts))
+        if unknown:
+            raise ValueError(f"jobs.callbacks.receiver_secret_files names receivers not in allowed_hosts: {unknown}")
         return self
 
 
