@@ -162,3 +162,59 @@ def test_a_job_kept_for_its_searchable_pdf_gives_every_format_and_one_not_kept_s
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_keep_document"
     for job in (kept, plain):
         client.delete(job["status_url"])
+
+
+def hostile_pdf() -> bytes:
+    """A scan that acts: JavaScript on open and in the name tree, a page event, a launch link, an attached
+    file and a form field's script; beside them a web link, which stays."""
+    import pikepdf
+
+    pdf = pikepdf.open(io.BytesIO(pdf_bytes([render_text_page(["Quarterly report"])], 100)))
+    script = pikepdf.Dictionary(S=pikepdf.Name.JavaScript, JS=pikepdf.String("app.alert('owned')"))
+    pdf.Root.OpenAction = pdf.make_indirect(script)
+    attached = pikepdf.AttachedFileSpec(pdf, b"MZ payload", filename="invoice.exe")
+    pdf.attachments["invoice.exe"] = attached
+    pdf.Root.Names.JavaScript = pikepdf.Dictionary(Names=pikepdf.Array([pikepdf.String("x"), script]))
+    page = pdf.pages[0]
+    page.obj.AA = pikepdf.Dictionary(O=pikepdf.Dictionary(S=pikepdf.Name.JavaScript, JS=pikepdf.String("1")))
+    launch = pikepdf.Dictionary(Type=pikepdf.Name.Annot, Subtype=pikepdf.Name.Link, Rect=[0, 0, 50, 50],
+                                A=pikepdf.Dictionary(S=pikepdf.Name.Launch, F=pikepdf.String("cmd.exe")))
+    web = pikepdf.Dictionary(Type=pikepdf.Name.Annot, Subtype=pikepdf.Name.Link, Rect=[60, 0, 110, 50],
+                             A=pikepdf.Dictionary(S=pikepdf.Name.URI, URI=pikepdf.String("https://intranet.local/")))
+    field = pikepdf.Dictionary(Type=pikepdf.Name.Annot, Subtype=pikepdf.Name.Widget, FT=pikepdf.Name.Tx,
+                               T=pikepdf.String("f"), Rect=[120, 0, 170, 50],
+                               AA=pikepdf.Dictionary(K=pikepdf.Dictionary(S=pikepdf.Name.JavaScript,
+                                                                          JS=pikepdf.String("2"))))
+    page.obj.Annots = pdf.make_indirect(pikepdf.Array([pdf.make_indirect(a) for a in (launch, web, field)]))
+    pdf.Root.AcroForm = pikepdf.Dictionary(Fields=pikepdf.Array([page.obj.Annots[2]]))
+    out = io.BytesIO()
+    pdf.save(out)
+    return out.getvalue()
+
+
+def poppler_says(tool: list, data: bytes, tmp_path) -> str:
+    import subprocess
+
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(data)
+    return subprocess.run(tool + [str(path)], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_the_searchable_pdf_of_a_pdf_that_acts_keeps_its_page_and_web_link_and_nothing_that_acts(client, tmp_path):
+    """Issue 37.5: the output kept the stranger's /OpenAction, scripts and embedded files. Poppler reads both."""
+    import pikepdf
+
+    original = hostile_pdf()
+    assert "app.alert" in poppler_says(["pdfinfo", "-js"], original, tmp_path)
+    assert "invoice.exe" in poppler_says(["pdfdetach", "-list"], original, tmp_path)
+    answer = ocr(client, original, "application/pdf", "pdf")
+    assert answer.status_code == 200, answer.text
+    assert "app.alert" not in poppler_says(["pdfinfo", "-js"], answer.content, tmp_path)
+    assert poppler_says(["pdfdetach", "-list"], answer.content, tmp_path).startswith("0 embedded files")
+    assert "Quarterly" in pdftotext(answer.content)
+    with pikepdf.open(io.BytesIO(answer.content)) as written:
+        dump = b"".join(obj.unparse(resolved=True) for obj in written.objects
+                        if isinstance(obj, (pikepdf.Dictionary, pikepdf.Array)))
+        assert b"/OpenAction" not in dump and b"/JavaScript" not in dump and b"/Launch" not in dump
+        assert b"/AA" not in dump and b"/EmbeddedFile" not in dump
+        assert b"https://intranet.local/" in dump  # a plain link is kept

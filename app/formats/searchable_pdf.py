@@ -21,6 +21,7 @@ import pikepdf
 
 from app import __version__
 from app.errors import UnprocessableDocument
+from app.formats.active_content import strip_active_content
 from app.formats.existing_text import strip_invisible_text, uncovered, visible_text_boxes
 from app.formats.pages import PageLayout, TextLine, page_layouts
 from app.formats.text_layer import display_matrix, glyphless_font, layer_content
@@ -51,6 +52,7 @@ def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) 
             if own_text is not None:
                 own_text.close()
         _describe(pdf, layouts)
+        strip_active_content(pdf)  # scripts, launch actions and embedded files of a hostile PDF stay behind
         out = BytesIO()
         # A PDF locked by its owner (no user password, restricted permissions) stays locked the same way
         pdf.save(out, compress_streams=True, object_stream_mode=pikepdf.ObjectStreamMode.generate,
