@@ -25,3 +25,45 @@ def test_fuzzer_on_the_job_routes_gets_no_5xx_no_drops_and_loses_no_accepted_job
     assert report["job_route_requests"] >= 15 and report["jobs_accepted"] >= 3  # it reached the routes and the runner
     assert report["jobs_unfinished"] == []  # every job accepted ended, none vanished
     assert sum(n for status, n in report["job_route_by_status"].items() if status.startswith("4")) >= 10
+
+
+def test_forty_searchable_pdf_calls_on_one_kept_job_leave_a_good_ocr_request_answered(service_url, client,
+                                                                                      invoice_png):
+    """Issue 37.5: each call loaded the kept document and held a decoder; forty took every decoder."""
+    import concurrent.futures
+    import time
+    from collections import Counter
+
+    import httpx
+
+    from app.testkit.documents import numbered_pdf
+    from app.testkit.jobs import wait_finished
+    from tests.error_walk import check_error
+
+    submitted = client.post("/v1/jobs", params={"keep_document": "true"},
+                            files={"file": ("kept.pdf", numbered_pdf(40, "Kept", dpi=150), "application/pdf")}).json()
+    assert wait_finished(client, submitted["id"], timeout_s=240)["status"] == "succeeded"
+
+    def pdf() -> httpx.Response:
+        with httpx.Client(base_url=service_url, timeout=300) as own:
+            return own.get(submitted["result_url"], params={"format": "pdf"})
+
+    with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        calls = [pool.submit(pdf) for _ in range(40)]
+        time.sleep(0.5)
+        started = time.monotonic()
+        good = client.post("/v1/ocr", params={"orientation": "off"}, files={"file": ("i.png", invoice_png, "image/png")})
+        took = time.monotonic() - started
+        answers = [call.result() for call in calls]
+    assert good.status_code == 200 and "INVOICE" in good.json()["text"]
+    assert took < 15, took
+    statuses = Counter(answer.status_code for answer in answers)
+    assert set(statuses) <= {200, 429, 503} and statuses[200] >= 1, statuses
+    assert len({answer.content for answer in answers if answer.status_code == 200}) == 1  # one PDF, kept
+    for answer in answers:
+        if answer.status_code != 200:
+            check_error(answer, answer.status_code, "quota_exceeded" if answer.status_code == 429 else "overloaded")
+            assert answer.json()["error"]["retryable"] and "retry-after" in answer.headers
+    again = client.get(submitted["result_url"], params={"format": "pdf"})
+    assert again.status_code == 200 and again.content == answers[[a.status_code for a in answers].index(200)].content
+    client.delete(submitted["status_url"])

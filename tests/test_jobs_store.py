@@ -186,6 +186,31 @@ def test_a_finished_jobs_callback_is_due_once_held_by_one_runner_and_retried_whe
     assert store.get(quiet.id).callback is None and store.get(quiet.id).callback_url is None
 
 
+def test_a_callback_recorded_after_the_jobs_deletion_leaves_it_deleted(store):
+    """Issue 37.8: Redis's HSET made the deleted job's key again, with no TTL: kept for ever."""
+    job = new_job(pages=[1])
+    job.callback_url = "https://records.internal/ocr-done"
+    job, _ = store.create(job, b"doc")
+    store.finish(job.id, None, "succeeded", ttl_s=60)
+    assert store.claim_callback(30).id == job.id
+    assert store.delete(job.id)  # while its delivery is under way
+    store.record_callback(job.id, {"status": "pending", "attempts": 1, "last_status": 500}, due=time.time() - 1)
+    assert store.get(job.id) is None and store.claim_callback(30) is None
+    if hasattr(store, "_redis"):
+        assert store._redis.keys(f"*{job.id}*") == []
+
+
+def test_a_jobs_decoder_time_is_kept_in_the_store_for_the_next_runner(store):
+    """Issue 37.6: the budget lived in one runner's memory and started again when another took the job."""
+    job, _ = store.create(new_job(pages=[1, 2]), b"doc")
+    assert store.charge_decode(job.id, 0.0) == 0.0
+    store.charge_decode(job.id, 1500.0)
+    assert store.charge_decode(job.id, 250.5) == pytest.approx(1750.5)
+    assert store.charge_decode(job.id, 0.0) == pytest.approx(1750.5)  # what a runner taking over reads
+    assert store.delete(job.id)
+    assert store.charge_decode(job.id, 10.0) == 0.0 and store.get(job.id) is None  # not made again
+
+
 def test_delete_removes_everything_and_stops_writes(store):
     job, _ = store.create(new_job(), b"doc", idempotency_key="k")
     store.record_page(job.id, 1, result={"text": "t"})

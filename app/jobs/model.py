@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -42,6 +43,12 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+
+def job_tag(job_id: str) -> str:
+    """What logs name a job by: a short hash. Ray's logs are readable on the node, and where API keys
+    are off a job's id is all that guards its document and results."""
+    return "j-" + hashlib.sha256(job_id.encode()).hexdigest()[:12]
 
 
 def iso(timestamp: Optional[float]) -> Optional[str]:

@@ -110,6 +110,19 @@ if #due == 0 then return false end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), due[1])
 return due[1]
 """
+# KEYS: job. ARGV: ms. The job's decoder time after adding ms; a deleted job is not made again.
+CHARGE_DECODE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return '0' end
+return redis.call('HINCRBYFLOAT', KEYS[1], 'decode_ms', ARGV[1])
+"""
+# KEYS: job, callbacks. ARGV: id, state, due ('' = no further attempt). A job deleted meanwhile stays
+# deleted: HSET on its key would make it again, without its TTL.
+RECORD_CALLBACK = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]); return 0 end
+redis.call('HSET', KEYS[1], 'callback', ARGV[2])
+if ARGV[3] == '' then redis.call('ZREM', KEYS[2], ARGV[1]) else redis.call('ZADD', KEYS[2], tonumber(ARGV[3]), ARGV[1]) end
+return 1
+"""
 # KEYS: job, results, errors, queue. ARGV: owner ('' = anyone), status, ttl_s, error, engine, id, prefix,
 # the pending callback state.
 FINISH = """

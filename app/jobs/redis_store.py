@@ -59,9 +59,10 @@ class RedisJobStore(JobStore):
             raise RuntimeError(f"The Redis at jobs.store evicts keys (maxmemory-policy {policy}): it would drop "
                                "accepted documents and results. Start it with --maxmemory-policy noeviction.")
         (self._create, self._claim, self._renew, self._release, self._record, self._finish, self._count,
-         self._claim_callback) = (self._redis.register_script(source) for source in (
-             scripts.CREATE, scripts.CLAIM, scripts.RENEW, scripts.RELEASE, scripts.RECORD, scripts.FINISH,
-             scripts.COUNT, scripts.CLAIM_CALLBACK))
+         self._claim_callback, self._record_callback, self._charge_decode) = (
+             self._redis.register_script(source) for source in (
+                 scripts.CREATE, scripts.CLAIM, scripts.RENEW, scripts.RELEASE, scripts.RECORD, scripts.FINISH,
+                 scripts.COUNT, scripts.CLAIM_CALLBACK, scripts.RECORD_CALLBACK, scripts.CHARGE_DECODE))
         self._redis.register_script(scripts.ADOPT)(args=[PREFIX])
 
     @staticmethod
@@ -121,6 +122,13 @@ class RedisJobStore(JobStore):
     def release(self, job_id: str, owner: str) -> None:
         self._release(keys=[self._key("job", job_id)], args=[owner])
 
+    def charge_decode(self, job_id: str, ms: float) -> float:
+        return float(self._charge_decode(keys=[self._key("job", job_id)], args=[repr(float(ms))]))
+
+    def document_size(self, job_id: str) -> Optional[int]:
+        chunks, size = self._redis.hmget(self._key("job", job_id), ["doc_chunks", "document_bytes"])
+        return int(size) if chunks is not None and size and int(size) > 0 else None
+
     def document(self, job_id: str) -> Optional[bytes]:
         chunks = self._redis.hget(self._key("job", job_id), "doc_chunks")
         if chunks is None:
@@ -178,13 +186,8 @@ class RedisJobStore(JobStore):
         return None
 
     def record_callback(self, job_id: str, state: dict, due: Optional[float]) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(self._key("job", job_id), "callback", _encode(state))
-        if due is None:
-            pipe.zrem(f"{PREFIX}callbacks", job_id)
-        else:
-            pipe.zadd(f"{PREFIX}callbacks", {job_id: due})
-        pipe.execute()
+        self._record_callback(keys=[self._key("job", job_id), f"{PREFIX}callbacks"],
+                              args=[job_id, _encode(state), "" if due is None else repr(due)])
 
     def delete(self, job_id: str) -> bool:
         chunks, idem, client = self._redis.hmget(self._key("job", job_id), ["doc_chunks", "idem_key", "client"])

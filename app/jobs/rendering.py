@@ -4,6 +4,7 @@ rendered retried alone and, past its retries, a PageFailure the runner records (
 from __future__ import annotations
 
 import asyncio
+import time
 from itertools import groupby
 from typing import AsyncIterator, Callable
 
@@ -11,8 +12,8 @@ import ray
 from ray.serve.handle import DeploymentHandle
 
 from app.errors import to_error
-from app.jobs.model import Job
-from app.jobs.turns import PageFailure
+from app.jobs.model import Job, job_tag
+from app.jobs.turns import DecodeCharge, PageFailure
 from app.pipeline.retry import backoff_s
 
 
@@ -30,35 +31,46 @@ class TurnRenderer:
 
     async def pages(self, job: Job, document: ray.ObjectRef, numbers: list[int]) -> AsyncIterator:
         """The pages of one turn as they render. A stream that fails is retried page by page, so one
-        bad page fails alone; a page that fails alone is retried on retryable errors, then reported."""
+        bad page fails alone; a page that fails alone is retried on retryable errors, then reported.
+        The time a failure took (waiting on the decoder, not on the runner) is charged to the job: a
+        DecodeCharge for a stream that failed midway, a PageFailure's cost_ms for a page alone."""
         seen: set[int] = set()
-        try:
-            async for payload in self._pre.prepare.remote(job.id, document, job.content_type, page_spec(numbers),
-                                                         job.orientation, max_pages=len(numbers),
-                                                         pdf_text=job.pdf_text):
-                seen.add(payload.page_number)
-                yield payload
-            return
-        except Exception as exc:
-            if len(numbers) == 1:
-                yield await self._alone(job, document, numbers[0], exc)
+        # Logs name the job by a hash of its id: where keys are off, the id is the job's only secret.
+        stream = self._pre.prepare.remote(job_tag(job.id), document, job.content_type, page_spec(numbers),
+                                          job.orientation, max_pages=len(numbers), pdf_text=job.pdf_text)
+        while True:
+            asked = time.monotonic()
+            try:
+                payload = await stream.__anext__()
+            except StopAsyncIteration:
                 return
+            except Exception as exc:
+                spent_ms = (time.monotonic() - asked) * 1000
+                if len(numbers) == 1:
+                    yield await self._alone(job, document, numbers[0], exc, spent_ms)
+                    return
+                yield DecodeCharge(spent_ms)
+                break
+            seen.add(payload.page_number)
+            yield payload
         for number in numbers:
             if number not in seen:
                 async for item in self.pages(job, document, [number]):
                     yield item
 
-    async def _alone(self, job: Job, document: ray.ObjectRef, number: int, first: Exception):
+    async def _alone(self, job: Job, document: ray.ObjectRef, number: int, first: Exception, spent_ms: float):
         error = to_error(first, job.id)
         for attempt in range(self._retries):
             if not error.retryable:
                 break
             self._on_retry()
             await asyncio.sleep(backoff_s(attempt))
+            asked = time.monotonic()
             try:
-                async for payload in self._pre.prepare.remote(job.id, document, job.content_type, str(number),
-                                                             job.orientation, pdf_text=job.pdf_text):
+                async for payload in self._pre.prepare.remote(job_tag(job.id), document, job.content_type,
+                                                             str(number), job.orientation, pdf_text=job.pdf_text):
                     return payload
             except Exception as exc:
                 error = to_error(exc, job.id)
-        return PageFailure(number, error.body()["error"])
+            spent_ms += (time.monotonic() - asked) * 1000
+        return PageFailure(number, error.body()["error"], cost_ms=spent_ms)

@@ -34,6 +34,7 @@ from app.http.formatted import formatted
 from app.jobs.callbacks import allowed_url
 from app.jobs.events import job_events, last_event_id
 from app.jobs.model import Job, result_body, status_body
+from app.jobs.searchable import SearchableRenders
 from app.jobs.store import JobStore, admission, open_store
 from app.http.proxy_guard import safe_request_id
 from app.http.uploads import read_upload
@@ -55,6 +56,7 @@ class JobRoutes:
         self._long_polls = Holders("long-polls", jobs.max_long_polls, "max_long_polls")
         self._streams = Holders("event streams", jobs.max_event_streams, "max_event_streams")
         self._buffered = ByteBudget(jobs.max_upload_buffer_bytes)
+        self._searchable = SearchableRenders(self._uploads, self._buffered, jobs.max_upload_buffer_bytes // 8)
 
     def _require_store(self) -> JobStore:
         if self._store is None:
@@ -122,7 +124,7 @@ class JobRoutes:
     async def _job(self, request: Request, job_id: str) -> Job:
         store = self._require_store()
         job = await self._call(store.get, job_id) if _JOB_ID.match(job_id) else None
-        if job is None or job.client != _client(request):
+        if job is None or not _owns(request, job):
             raise NotFound(f"No job {job_id[:64]!r}: it never existed, was deleted, or expired.", code="job_not_found")
         return job
 
@@ -171,20 +173,30 @@ class JobRoutes:
         job = await self._job(request, job_id)
         if not job.finished:
             return JSONResponse(status_body(job, self._base), status_code=202, headers={"Retry-After": "2"})
-        body = result_body(job, await self._call(self._store.results, job_id))
-        document = None
         if form == "pdf":
-            document = await self._call(self._store.document, job_id)
+            return await self._searchable_pdf(request, request_id, job)
+        body = result_body(job, await self._call(self._store.results, job_id))
+        return await formatted(form, body, self._pre, request_id, None, job.content_type, job.filename)
+
+    async def _searchable_pdf(self, request: Request, request_id: str, job: Job) -> Response:
+        client = _client(request)
+
+        async def render() -> bytes:
+            body = result_body(job, await self._call(self._store.results, job.id))
+            document = await self._call(self._store.document, job.id)
             if document is None:
-                raise Conflict("The searchable PDF needs the job's document, which is not kept once a job ends: "
-                               "submit with keep_document=true to have it.", code="document_not_kept")
-        return await formatted(form, body, self._pre, request_id, document, job.content_type, job.filename)
+                raise Conflict("The job's kept document expired meanwhile.", code="document_not_kept")
+            return await self._pre.searchable_pdf.remote(request_id, document, job.content_type, body["pages"])
+
+        size = await self._call(self._store.document_size, job.id)
+        return await self._searchable.answer(job, client, self._jobs.quotas_for(client).max_uploads, size, render)
 
     async def delete(self, request: Request, request_id: str, job_id: str) -> Response:
         await self._job(request, job_id)
         # Canceled first, so that a runner holding it writes nothing more, then everything goes.
         await self._call(self._store.finish, job_id, None, "canceled", self._jobs.ttl_s)
         await self._call(self._store.delete, job_id)
+        self._searchable.forget(job_id)
         return Response(status_code=204)
 
 
@@ -251,7 +263,19 @@ def _announced(request: Request, max_upload_bytes: int) -> int:
 
 
 def _client(request: Request) -> str:
-    return getattr(request.state, "api_client", None) or "-"
+    """The tenant quotas, turns and Idempotency-Keys are kept by: the API key's name; with keys off, `-`
+    and the peer's address, so that one caller's flood is its own and not the whole room's."""
+    name = getattr(request.state, "api_client", None)
+    if name:
+        return name
+    return f"-{request.client.host}" if request.client else "-"
+
+
+def _owns(request: Request, job: Job) -> bool:
+    """Whether the caller may see the job: its key's; with keys off any keyless caller's (the id is the
+    secret, as before: a client that polls from another host still finds its job)."""
+    name = getattr(request.state, "api_client", None)
+    return job.client == name if name else job.client.startswith("-")
 
 
 def _wait_s(raw: Optional[str]) -> float:

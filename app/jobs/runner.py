@@ -3,15 +3,15 @@
 Each replica runs one claim loop (restarted by `check_health` if it ever stops). A claimed job
 is leased for `jobs.lease_s` and renewed every third of it; a runner that dies stops renewing,
 its lease lapses, and the next claim (here or on any other runner) goes on from the pages the
-store has not recorded. Per job at most `jobs.max_inflight_pages`
-pages are in the graph at once, so a 500-page job cannot crowd out synchronous requests.
+store has not recorded. Per job at most `jobs.max_inflight_pages` pages are in the graph at once,
+so a 500-page job cannot crowd out synchronous requests.
 A turn's pages are rendered in one Preprocessor stream (app/jobs/rendering.py), then OCR'd and
 postprocessed exactly like a page of /v1/ocr, and each result is written as it completes.
 The document is read from the store and put in Ray's object store once per job on this runner:
 every turn and every page retried alone passes that reference, not the bytes again (a replica on
 the same node maps it, one on another node fetches it once). A job may spend at most its
-client's quotas.max_decode_s of decoder time on this runner; past it, its remaining pages fail
-with `decode_budget_exceeded`, unrendered, and the job ends by the usual rule.
+client's quotas.max_decode_s of decoder time, failed pages included, counted in the store across
+runners; past it, its remaining pages fail with `decode_budget_exceeded`, unrendered.
 
 Turns: a claim is good for `jobs.turn_pages` pages; then the job goes back to the store and
 the next claim takes the client served longest ago (app/jobs/store.py), so a client's 1-page
@@ -38,10 +38,10 @@ from app.ops import metrics
 from app.config import Jobs
 from app.errors import InsufficientStorage, to_error
 from app.jobs.callbacks import CallbackSender
-from app.jobs.model import FAILED, Job, final_status
+from app.jobs.model import FAILED, Job, final_status, job_tag
 from app.jobs.store import DocumentLost, open_store
 from app.jobs.rendering import TurnRenderer
-from app.jobs.turns import DecodeBudget, DocumentCache, PageFailure
+from app.jobs.turns import DecodeBudget, DecodeCharge, DocumentCache, PageFailure
 from app.pipeline.page_pipeline import EngineIdentity, Stages, read_page
 from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
@@ -66,7 +66,7 @@ class JobRunner:
         self.stats = {"claimed": 0, "finished": 0, "pages": 0, "page_retries": 0, "lost_leases": 0, "turns": 0,
                       "store_full_pauses": 0, "documents_read": 0}
         self._documents = DocumentCache(self._store, jobs.jobs_per_runner, self.stats)
-        self._budget = DecodeBudget(jobs)
+        self._budget = DecodeBudget(jobs, self._store)
         self._paused_until = 0.0
         self._pause_s = 0.0
         self._callbacks = CallbackSender(jobs.callbacks, self._store) if jobs.callbacks.allowed_hosts else None
@@ -141,18 +141,18 @@ class JobRunner:
     async def _run_job(self, job: Job) -> None:
         worker = asyncio.current_task()
         heartbeat = asyncio.ensure_future(self._heartbeat(job.id, worker))
-        logger.info("job %s: claimed by %s (%d pages, %d recorded)", job.id, self._owner, len(job.pages),
+        logger.info("job %s: claimed by %s (%d pages, %d recorded)", job_tag(job.id), self._owner, len(job.pages),
                     job.done + job.failed)
         try:
             await self._process(job)
         except asyncio.CancelledError:
-            logger.info("job %s: stopped on %s (canceled, deleted or lease lost)", job.id, self._owner)
+            logger.info("job %s: stopped on %s (canceled, deleted or lease lost)", job_tag(job.id), self._owner)
         except InsufficientStorage:
             self._pause_claims()
         except DocumentLost:
             await self._fail_lost_document(job)
         except Exception:
-            logger.exception("job %s: runner %s failed; the lease is released for another try", job.id, self._owner)
+            logger.exception("job %s: runner %s failed; the lease is released for another try", job_tag(job.id), self._owner)
             await asyncio.sleep(1.0)
         finally:
             heartbeat.cancel()
@@ -171,7 +171,7 @@ class JobRunner:
             try:
                 held = await asyncio.to_thread(self._store.renew, job_id, self._owner, self._jobs.lease_s)
             except Exception:
-                logger.warning("job %s: the store did not answer the heartbeat", job_id)
+                logger.warning("job %s: the store did not answer the heartbeat", job_tag(job_id))
                 continue
             if not held:
                 self.stats["lost_leases"] += 1
@@ -186,7 +186,7 @@ class JobRunner:
             return  # deleted meanwhile
         recorded = await asyncio.to_thread(self._store.recorded_pages, job.id)
         unrecorded = [number for number in job.pages if number not in recorded]
-        if self._budget.exhausted(job):
+        if await self._budget.exhausted(job):
             await self._fail_unrendered(job, unrecorded)
             return await self._judge(job)
         todo = unrecorded[:self._jobs.turn_pages]
@@ -195,7 +195,9 @@ class JobRunner:
         tasks: list[asyncio.Task] = []
         try:
             async for item in self._render.pages(job, document, todo):
-                item = self._budget.charge(job, item)
+                item = await self._budget.charge(job, item)
+                if isinstance(item, DecodeCharge):
+                    continue
                 await slots.acquire()
                 tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
             if tasks:
@@ -207,7 +209,6 @@ class JobRunner:
             self.stats["turns"] += 1
             return  # the end of this turn: the lease goes back, and the next claim takes turns
         self._documents.drop(job.id)
-        self._budget.drop(job.id)
         await self._judge(job)
 
     async def _fail_unrendered(self, job: Job, numbers: list[int]) -> None:
@@ -218,7 +219,7 @@ class JobRunner:
         """The store lost the document (an evicting Redis): the job fails once, instead of being claimed forever."""
         error = {"code": "document_lost", "retryable": False,
                  "message": "The job store lost this job's document; submit it again."}
-        logger.error("job %s: its document is gone from the store; the job fails", job.id)
+        logger.error("job %s: its document is gone from the store; the job fails", job_tag(job.id))
         await asyncio.to_thread(self._store.finish, job.id, None, FAILED, self._jobs.ttl_s, error)
 
     async def _judge(self, job: Job) -> None:
@@ -238,7 +239,7 @@ class JobRunner:
         if await asyncio.to_thread(self._store.finish, job.id, self._owner, status, self._jobs.ttl_s, error, engine):
             self.stats["finished"] += 1
             metrics.inc("ocr_jobs_finished_total", status=status)
-            logger.info("job %s: %s (%d done, %d failed)", job.id, status, current.done, current.failed)
+            logger.info("job %s: %s (%d done, %d failed)", job_tag(job.id), status, current.done, current.failed)
 
     async def _page(self, job: Job, item, index_of: dict, slots: asyncio.Semaphore) -> None:
         try:
@@ -263,7 +264,7 @@ class JobRunner:
                                    on_retry=self._count_retry), None
         except Exception as exc:
             error = to_error(exc, job.id)
-            logger.warning("job %s page %d failed: %s", job.id, payload.page_number, error.code)
+            logger.warning("job %s page %d failed: %s", job_tag(job.id), payload.page_number, error.code)
             return None, error.body()["error"]
 
     def _count_retry(self) -> None:
@@ -282,7 +283,7 @@ class JobRunner:
             except Exception:
                 if attempt == 5:
                     raise
-                logger.warning("job %s page %d: the store did not take the result; trying again", job_id, number)
+                logger.warning("job %s page %d: the store did not take the result; trying again", job_tag(job_id), number)
                 await asyncio.sleep(backoff_s(attempt))
 
     async def _engine_identity(self) -> Optional[dict]:

@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     idempotency_key TEXT, orientation TEXT, page_count INTEGER NOT NULL DEFAULT 0,
     document_bytes INTEGER NOT NULL DEFAULT 0, stored_bytes INTEGER NOT NULL DEFAULT 0,
     keep_document INTEGER NOT NULL DEFAULT 0, callback_url TEXT, callback TEXT, callback_due REAL, lang TEXT,
-    structure TEXT, pdf_text TEXT);
+    structure TEXT, pdf_text TEXT, decode_ms REAL NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_client ON jobs (client, status);
 CREATE TABLE IF NOT EXISTS turns (client TEXT PRIMARY KEY, last REAL NOT NULL);
@@ -36,7 +36,8 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 ADDED_COLUMNS = {"orientation": "TEXT", "page_count": "INTEGER NOT NULL DEFAULT 0",
                   "document_bytes": "INTEGER NOT NULL DEFAULT 0", "stored_bytes": "INTEGER NOT NULL DEFAULT 0",
                   "keep_document": "INTEGER NOT NULL DEFAULT 0", "callback_url": "TEXT", "callback": "TEXT",
-                  "callback_due": "REAL", "lang": "TEXT", "structure": "TEXT", "pdf_text": "TEXT"}
+                  "callback_due": "REAL", "lang": "TEXT", "structure": "TEXT", "pdf_text": "TEXT",
+                  "decode_ms": "REAL NOT NULL DEFAULT 0"}
 
 
 

@@ -160,6 +160,21 @@ class SQLiteJobStore(JobStore):
         self._transaction(lambda db: db.execute(
             "UPDATE jobs SET lease_until=0, owner=NULL WHERE id=? AND owner=?", (job_id, owner)))
 
+    def charge_decode(self, job_id: str, ms: float) -> float:
+        def charge(db) -> float:
+            db.execute("UPDATE jobs SET decode_ms = decode_ms + ? WHERE id=?", (ms, job_id))
+            row = db.execute("SELECT decode_ms FROM jobs WHERE id=?", (job_id,)).fetchone()
+            return float(row[0]) if row else 0.0
+
+        if ms <= 0:
+            rows = self._query("SELECT decode_ms FROM jobs WHERE id=?", (job_id,))
+            return float(rows[0][0]) if rows else 0.0
+        return self._transaction(charge)
+
+    def document_size(self, job_id: str) -> Optional[int]:
+        rows = self._query("SELECT length(data) FROM documents WHERE job_id=?", (job_id,))
+        return int(rows[0][0]) if rows else None
+
     def document(self, job_id: str) -> Optional[bytes]:
         rows = self._query("SELECT data FROM documents WHERE job_id=?", (job_id,))
         if rows:

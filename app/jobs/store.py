@@ -59,6 +59,15 @@ class JobStore(abc.ABC):
         """The uploaded bytes, or None once the job is gone; DocumentLost if the job is there but its bytes are not."""
 
     @abc.abstractmethod
+    def charge_decode(self, job_id: str, ms: float) -> float:
+        """Add `ms` of decoder time to the job's account (0: only read it); the total. Kept in the store,
+        so that a runner taking the job over goes on from what the last one spent."""
+
+    @abc.abstractmethod
+    def document_size(self, job_id: str) -> Optional[int]:
+        """The kept document's size in bytes, without reading it; None if none is kept."""
+
+    @abc.abstractmethod
     def record_page(self, job_id: str, page_number: int, result: Optional[dict] = None,
                     error: Optional[dict] = None) -> bool:
         """Write a page's result (or its final error) once; True if this call wrote it."""

@@ -1,8 +1,8 @@
 """What a runner keeps of a job between its turns: the document in Ray's object store, read from the job
-store once, and the decoder time the job has used against its client's quotas.max_decode_s.
+store once; and the decoder time the job has used against its client's quotas.max_decode_s, which is
+kept in the job store, so that a runner taking the job over goes on from it.
 
-Both live in the runner's memory: a job taken over by another runner reads its document once more there,
-and its decode budget starts again.
+The document lives in the runner's memory: a job taken over by another runner reads it once more there.
 """
 
 from __future__ import annotations
@@ -20,10 +20,19 @@ from app.jobs.settings import Jobs
 
 @dataclass
 class PageFailure:
-    """A page that could not be rendered or read, with the error the client will see for it."""
+    """A page that could not be rendered or read, with the error the client will see for it, and the
+    decoder time its failed attempts took (charged to the job: a page that times out costs the most)."""
 
     page_number: int
     error: dict
+    cost_ms: float = 0.0
+
+
+@dataclass
+class DecodeCharge:
+    """Decoder time spent on no page that came out of it (a stream that failed midway): charged all the same."""
+
+    ms: float
 
 
 class DocumentCache:
@@ -52,31 +61,34 @@ class DocumentCache:
 
 
 class DecodeBudget:
-    """Decoder milliseconds each job has used here, against its client's quotas.max_decode_s."""
+    """Decoder milliseconds each job has used, in the job store, against its client's quotas.max_decode_s.
+    Every page is charged, failed ones with the time their attempts took."""
 
-    def __init__(self, jobs: Jobs):
-        self._jobs = jobs
-        self._spent_ms: dict[str, float] = {}
+    def __init__(self, jobs: Jobs, store):
+        self._jobs, self._store = jobs, store
 
     def _limit_ms(self, job: Job) -> float:
         return self._jobs.quotas_for(job.client).max_decode_s * 1000
 
-    def exhausted(self, job: Job) -> bool:
-        return self._spent_ms.get(job.id, 0.0) > self._limit_ms(job)
+    async def exhausted(self, job: Job) -> bool:
+        return await asyncio.to_thread(self._store.charge_decode, job.id, 0.0) > self._limit_ms(job)
 
-    def charge(self, job: Job, item):
-        """The page as rendered, or its failure once the job has used its budget."""
-        if isinstance(item, PageFailure):
+    async def charge(self, job: Job, item):
+        """The page as rendered, or its failure once the job has used its budget. A failure or a bare
+        charge is returned as it is, after its time is charged."""
+        if isinstance(item, DecodeCharge):
+            ms = item.ms
+        elif isinstance(item, PageFailure):
+            ms = item.cost_ms
+        else:
+            ms = float(item.timings_ms.get("decode") or 0.0)
+        spent = await asyncio.to_thread(self._store.charge_decode, job.id, ms)
+        if isinstance(item, (DecodeCharge, PageFailure)) or spent <= self._limit_ms(job):
             return item
-        spent = self._spent_ms.get(job.id, 0.0) + float(item.timings_ms.get("decode") or 0.0)
-        self._spent_ms[job.id] = spent
-        return item if spent <= self._limit_ms(job) else self.over(job, item.page_number)
+        return self.over(job, item.page_number)
 
     def over(self, job: Job, number: int) -> PageFailure:
         limit = self._jobs.quotas_for(job.client).max_decode_s
         return PageFailure(number, {"code": "decode_budget_exceeded", "retryable": False,
                                     "message": f"The job used more than its quotas.max_decode_s={limit:g} s of "
                                                "decoding; this page was not read."})
-
-    def drop(self, job_id: str) -> None:
-        self._spent_ms.pop(job_id, None)
