@@ -31,6 +31,7 @@ from app.pipeline.document_reader import DocumentReader
 from app.pipeline.page_pipeline import EngineIdentity, Stages
 from app.http.uploads import read_bounded, read_upload
 from app.schemas import Generation
+from app.ops.replica import harden_process
 
 logger = logging.getLogger("ray.serve")
 
@@ -56,6 +57,17 @@ def public_settings(settings: Settings) -> dict:
     return public
 
 
+def check_request_slots(max_ongoing_requests: int, settings: Settings) -> None:
+    """At start-up: the replica's request slots hold what its limits let it hold at once, or the long-lived
+    requests (uploads, long-polls, event streams) would take the slots /v1/ocr needs."""
+    needed = settings.max_inflight_requests + settings.jobs.long_lived_slots
+    if max_ongoing_requests < needed:
+        raise ValueError(f"The Ingress's max_ongoing_requests={max_ongoing_requests} is less than max_inflight_requests "
+                         f"({settings.max_inflight_requests}) + jobs.max_uploads + jobs.max_long_polls + "
+                         f"jobs.max_event_streams ({settings.jobs.long_lived_slots}) = {needed}: leave it to the "
+                         "builder, or lower those limits.")
+
+
 def _request_id(request: Request) -> str:
     """The id RequestLog fixed for this request (Serve's, so that every deployment logs it)."""
     return error_boundary.request_id_for(request.scope)
@@ -73,6 +85,7 @@ class Ingress:
         job_runner: Optional[DeploymentHandle] = None,
         structure: Optional[DeploymentHandle] = None,
     ):
+        harden_process()  # first: nothing below may leave a secret readable through /proc
         self._settings = settings
         stages = Stages(ocr_model, postprocessor, structure, settings.structure.mode)
         self._reader = DocumentReader(preprocessor, stages, settings.page_retries)
@@ -83,7 +96,9 @@ class Ingress:
         self._engine = EngineIdentity(ocr_model)
         self._inflight = 0
         self._started = openai_api.now()  # /v1/models' `created`
-        self._app_name = serve.get_replica_context().app_name
+        context = serve.get_replica_context()
+        self._app_name = context.app_name
+        check_request_slots(context._deployment_config.max_ongoing_requests, settings)
         self._readiness = ReadinessCache(self._fetch_readiness, settings.readiness.refresh_s)
         global _keyring
         _keyring = KeyRing(settings.auth.api_keys_file) if settings.auth.api_keys_file else None
@@ -270,8 +285,9 @@ class Ingress:
     @api.get("/v1/info")
     async def info(self) -> dict:
         try:
-            engine, preprocess = await asyncio.wait_for(
-                asyncio.gather(self._ocr.info.remote(), self._pre_config.config.remote()),
+            engine, preprocess, sandbox = await asyncio.wait_for(
+                asyncio.gather(self._ocr.info.remote(), self._pre_config.config.remote(),
+                               self._pre_config.sandbox.remote()),
                 self._settings.readiness_timeout_s)
         except Exception as exc:
             raise ServiceUnavailable("The OCR replicas are not answering yet.", code="not_ready") from exc
@@ -279,6 +295,7 @@ class Ingress:
             "service": {"version": __version__},
             "engine": engine,
             "preprocess": preprocess,  # one Preprocessor replica's user_config in force
+            "sandbox": sandbox,  # and what guards its secrets (app/sandbox/confine.py)
             "settings": public_settings(self._settings),
         }
 

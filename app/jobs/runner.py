@@ -45,6 +45,7 @@ from app.jobs.turns import DecodeBudget, DecodeCharge, DocumentCache, PageFailur
 from app.pipeline.page_pipeline import EngineIdentity, Stages, read_page
 from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
+from app.ops.replica import harden_process
 
 logger = logging.getLogger("ray.serve")
 
@@ -54,6 +55,7 @@ class JobRunner:
     def __init__(self, jobs: Jobs, preprocessor: DeploymentHandle, ocr_model: DeploymentHandle,
                  postprocessor: DeploymentHandle, structure: Optional[DeploymentHandle] = None,
                  structure_mode: str = "auto"):
+        harden_process()  # first: nothing below may leave a secret readable through /proc
         self._jobs = jobs
         self._store = open_store(jobs)
         self._stages = Stages(ocr_model, postprocessor, structure, structure_mode)

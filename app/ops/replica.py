@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import ray
 
 
@@ -34,3 +36,29 @@ def release_freed_memory() -> None:
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+_PR_SET_DUMPABLE, _PR_GET_DUMPABLE = 4, 3
+
+
+def harden_process() -> None:
+    """Called first in every replica: the process is made non-dumpable, so that no other process of its
+    user (a decoder that was exploited, another tenant's code on a shared node) can read its environment
+    (the Ray token on KubeRay, the store's password), its memory or its file descriptors through /proc or
+    ptrace, and it leaves no core dump. py-spy and `ray stack` cannot attach to it either: that is the price."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: nothing to close this way
+
+
+def dumpable() -> Optional[bool]:
+    """This process's dumpable flag (None where there is no such thing)."""
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0))
+    except (OSError, AttributeError):
+        return None

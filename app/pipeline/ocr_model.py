@@ -27,7 +27,7 @@ from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload
 from app.pipeline.service_rate import METRIC as SECONDS_PER_PAGE
 from app.pipeline.service_rate import ServiceRate
-from app.ops.replica import release_freed_memory, replica_share
+from app.ops.replica import harden_process, release_freed_memory, replica_share
 from app.ops.telemetry import assigned_gpu_id, gpu_snapshot
 
 logger = logging.getLogger("ray.serve")
@@ -36,6 +36,7 @@ logger = logging.getLogger("ray.serve")
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class OCRModel:
     def __init__(self, settings: Settings):
+        harden_process()  # first: nothing below may leave a secret readable through /proc
         threads = settings.engine_threads or max(1, math.ceil(replica_share("CPU", 1.0)))
         self._engine = build_engine(settings, threads=threads, gpu_share=min(1.0, replica_share("GPU", 1.0) or 1.0))
         start = time.perf_counter()

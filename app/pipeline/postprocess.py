@@ -15,6 +15,7 @@ from app.schemas import PageOCR, PagePayload, PageStructure
 from app.structure.join import structured_blocks
 from app.structure.markdown_blocks import markdown_blocks
 from app.structure.render import blocks_markdown, blocks_text
+from app.ops.replica import harden_process
 
 
 def build_page_result(ocr: PageOCR, structure: Optional[PageStructure] = None) -> dict:
@@ -132,6 +133,9 @@ def clean_engine_markdown(markdown: str) -> str:
 
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class Postprocessor:
+    def __init__(self):
+        harden_process()  # first: nothing below may leave a secret readable through /proc
+
     async def process(self, ocr: PageOCR, structure: Optional[PageStructure] = None) -> dict:
         result = await asyncio.to_thread(build_page_result, ocr, structure)
         metrics.stage("postprocess", result["timings_ms"]["postprocess"] / 1000)

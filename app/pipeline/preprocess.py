@@ -21,6 +21,7 @@ from app.engines.base import InputBudget
 from app.orientation.upright import LEFT_AS_UPLOADED, Orientation, Orienter
 from app.sandbox import DecodeSandbox, RenderedPage, SandboxRetired
 from app.schemas import PagePayload
+from app.ops.replica import dumpable, harden_process
 
 
 def record_stages(page: RenderedPage) -> None:
@@ -58,6 +59,7 @@ class Preprocessor:
     user_config (PreprocessConfig), so `serve deploy` can change them without touching other stages."""
 
     def __init__(self, budget: InputBudget, config: Optional[dict] = None):
+        harden_process()  # first: nothing below may leave a secret readable through /proc
         self._budget = budget
         self._config: Optional[PreprocessConfig] = None
         self._sandbox: Optional[DecodeSandbox] = None
@@ -132,6 +134,12 @@ class Preprocessor:
     def config(self) -> dict:
         """The user_config in force (tests and operators, through a handle)."""
         return self._config.model_dump()
+
+    async def sandbox(self) -> dict:
+        """What guards the secrets here: this replica's dumpable flag (False: /proc/<pid>/environ and its
+        memory are closed to other processes of its user), and what its decoders gave up."""
+        decoders = await self._sandbox.confinement_report() if self._sandbox else None
+        return {"replica_dumpable": dumpable(), "decoders": decoders}
 
     def __del__(self):  # Serve calls this when the replica stops: no decoder outlives it
         sandbox = getattr(self, "_sandbox", None)

@@ -56,6 +56,7 @@ class DecodeSandbox:
         self._max_blob = max_pixels * 3 + (1 << 20)  # an RGB page within budget, or a document's count
         self._idle = [self._start() for _ in range(workers)]
         self.stats = {"documents": 0, "pages": 0, "timeouts": 0, "memory": 0, "crashes": 0, "replaced": 0}
+        self.confinement: Optional[dict] = None  # what the last ready worker gave up (app/sandbox/confine.py)
 
     async def pages(self, data: bytes, content_type: Optional[str], pages: Optional[str],
                     label: str = "", max_pages: Optional[int] = None,
@@ -134,6 +135,7 @@ class DecodeSandbox:
     def _give_back(self, worker: DecoderProcess) -> None:
         """A worker whose last exchange finished is clean; one left mid-exchange (cancelled) is not."""
         self._lent -= 1
+        self._note_confinement(worker.confinement)
         if self._retired:  # reconfigured meanwhile: the new sandbox has its own workers
             worker.kill()
             if not self._lent:
@@ -156,6 +158,16 @@ class DecodeSandbox:
             self._idle.append(self._start())
             return
         self._idle.append(worker)
+
+    def _note_confinement(self, confinement: Optional[dict]) -> None:
+        if confinement is None or confinement == self.confinement:
+            return
+        self.confinement = confinement
+        missing = [layer for layer, on in (("Landlock", confinement.get("landlock_abi")),
+                                           ("seccomp", confinement.get("seccomp"))) if not on]
+        if missing:
+            logger.warning("decoders run without %s (this kernel or image lacks it): a decoder exploit reaches "
+                           "further; see docs/architecture.md, the decoder sandbox", " and ".join(missing))
 
     def _replace(self, worker: DecoderProcess, why: str) -> None:
         worker.kill()
@@ -219,6 +231,19 @@ class DecodeSandbox:
             worker.kill()
             logger.error("decoder pid %s sent a bad page for %s: %s", worker.pid, label, exc)
             raise ServiceUnavailable("The document decoder failed; retry.", code="decoder_unavailable") from None
+
+    async def confinement_report(self) -> Optional[dict]:
+        """What the decoders gave up: known once one has answered; else asked of an idle one now (it
+        says so in its first frame, which is read here if no document has read it yet)."""
+        if self.confinement is None and not self._retired:
+            async with self._slots:  # a worker as a document takes one
+                worker = self._take()
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, worker.wait_ready)
+                except (DecoderDied, DecoderTimeout, ProtocolError):
+                    worker.busy = True  # replaced on its way back
+                self._give_back(worker)
+        return self.confinement
 
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self._idle if w.alive()]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import time
 from typing import Optional
@@ -35,6 +36,13 @@ def worker_environment(parent: Optional[dict] = None) -> dict:
     return env
 
 
+def spawn_decoder(command: list[str], pass_fds: tuple = ()) -> subprocess.Popen:
+    """A decoder process: pipes, the scrubbed environment, and a session (process group) of its own, so
+    that killing it kills all it may have started."""
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
+                            pass_fds=pass_fds, env=worker_environment(), cwd=_PROJECT_ROOT, start_new_session=True)
+
+
 class DecoderTimeout(Exception):
     pass
 
@@ -52,10 +60,8 @@ class DecoderProcess:
         self.max_blob_bytes = max_blob_bytes  # a frame's blob is read into memory allocated up front
         self.pages = SharedPageBuffer.create(max_blob_bytes)  # where the worker leaves page pixels
         shared = [str(self.pages.fd)] if self.pages else []
-        self.proc = subprocess.Popen(
-            command + shared, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-            pass_fds=(self.pages.fd,) if self.pages else (), env=worker_environment(), cwd=_PROJECT_ROOT,
-        )
+        self.proc = spawn_decoder(command + shared, pass_fds=(self.pages.fd,) if self.pages else ())
+        self.confinement: Optional[dict] = None  # what the worker said it gave up (app/sandbox/confine.py)
         self.ready = False
         self.busy = False  # inside an exchange: its state is unknown if the exchange did not finish
         self.document_open = False
@@ -81,15 +87,21 @@ class DecoderProcess:
         """Send one frame and wait for the answer, at most timeout_s (the worker's start not counted);
         an answer's blob may be up to max_answer_bytes (max_blob_bytes when None)."""
         self.busy = True
-        if not self.ready:
-            first, _ = self._receive(WORKER_START_TIMEOUT_S)
-            if first.get("type") != "ready":
-                raise ProtocolError(f"worker said {first.get('type')} before ready")
-            self.ready = True
+        self.wait_ready()
         self.send(header, blob)
         answer = self._receive(timeout_s, max_answer_bytes or self.max_blob_bytes)
         self.busy = False
         return answer
+
+    def wait_ready(self) -> None:
+        """Its first frame, `ready`, with what it gave up (app/sandbox/confine.py); once."""
+        if self.ready:
+            return
+        first, _ = self._receive(WORKER_START_TIMEOUT_S)
+        if first.get("type") != "ready":
+            raise ProtocolError(f"worker said {first.get('type')} before ready")
+        self.confinement = first.get("confinement") if isinstance(first.get("confinement"), dict) else {}
+        self.ready = True
 
     def send(self, header: dict, blob: bytes = b"") -> None:
         try:
@@ -126,6 +138,11 @@ class DecoderProcess:
         return buffer
 
     def kill(self) -> None:
+        """The worker's whole process group (its own session): anything it started goes with it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         if self.alive():
             self.proc.kill()
         self.proc.wait()

@@ -22,6 +22,7 @@ import os
 import resource
 import sys
 import time
+from typing import Optional
 
 # One thread for every numeric library: a decoder is one page at a time, and thread
 # pools reserve address space that would count against the cap.
@@ -165,7 +166,7 @@ class Session:
             self._pages = None
 
 
-def serve_forever(stdin, stdout, session: Session) -> None:
+def serve_forever(stdin, stdout, session: Session, confinement: Optional[dict] = None) -> None:
     from app.sandbox.protocol import ProtocolError, frame_head, read_frame
 
     def send(header: dict, blob: bytes = b"") -> None:
@@ -173,7 +174,7 @@ def serve_forever(stdin, stdout, session: Session) -> None:
         stdout.write(blob)
         stdout.flush()
 
-    send({"type": "ready", "pid": os.getpid()})
+    send({"type": "ready", "pid": os.getpid(), "confinement": confinement or {}})
     while True:
         try:
             header, blob = read_frame(stdin)
@@ -201,10 +202,18 @@ def serve_forever(stdin, stdout, session: Session) -> None:
                 return  # the heap may be in pieces: exit and let the parent start a fresh worker
 
 
-def main(argv: list[str]) -> int:
-    memory_mb, limits_json, budget_json = int(argv[1]), argv[2], argv[3]
+def enter_sandbox(memory_mb: int) -> dict:
+    """Everything a decoder gives up before it reads a byte of input (tests/sandbox_probe.py runs hostile
+    code after exactly this): rlimits, the parent-death signal, then app/sandbox/confine.py's layers."""
     cap_resources(memory_mb)
     die_with_parent()
+    from app.sandbox.confine import confine
+
+    return confine()
+
+
+def main(argv: list[str]) -> int:
+    memory_mb, limits_json, budget_json = int(argv[1]), argv[2], argv[3]
     # The protocol owns fd 1; anything a library prints goes to stderr (the replica's log) instead.
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
@@ -213,7 +222,8 @@ def main(argv: list[str]) -> int:
 
     shared = SharedPageBuffer.attach(int(argv[4])) if len(argv) > 4 else None
     session = Session(DecodeLimits.model_validate(json.loads(limits_json)), json.loads(budget_json), shared)
-    serve_forever(sys.stdin.buffer, protocol_out, session)
+    confinement = enter_sandbox(memory_mb)
+    serve_forever(sys.stdin.buffer, protocol_out, session, confinement)
     return 0
 
 

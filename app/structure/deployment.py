@@ -21,6 +21,7 @@ from app.ops import metrics
 from app.schemas import PagePayload, PageStructure
 from app.structure.gutters import in_columns
 from app.structure.settings import StructureSettings
+from app.ops.replica import harden_process
 
 logger = logging.getLogger("ray.serve")
 _TABLE_MARGIN = 0.02  # of the page's longer side around a table region: SLANet wants the table's edges in view
@@ -88,6 +89,7 @@ class StructureModel:
     page it is asked about says so in its notes (read as lines, nothing lost)."""
 
     def __init__(self, settings: StructureSettings):
+        harden_process()  # first: nothing below may leave a secret readable through /proc
         self._reader: Optional[StructureReader] = None
         self._missing: Optional[str] = None
         try:
