@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.serve.builder import build_app
     from app.serve.deploy import deploy
 
+    from app.ops.secrets import private_ray_token
+
+    private_ray_token()  # before Ray writes it world-readable
     # address="local": always a Ray instance of its own, even where another one runs on this machine.
     # The dashboard stays on loopback: `serve status` and `serve deploy` work here, nobody else reaches it.
     ray.init(address="local", num_cpus=options.num_cpus, num_gpus=options.num_gpus, include_dashboard=True,

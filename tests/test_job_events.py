@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 from httpx_sse import connect_sse
@@ -50,3 +51,31 @@ def test_events_of_an_unknown_job_are_404_and_a_bad_last_event_id_400(client):
     bad = client.get(f"/v1/jobs/{job['id']}/events", headers={"Last-Event-ID": "x" * 20})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_last_event_id"
     client.delete(job["status_url"])
+
+
+def test_a_burst_of_streams_from_one_client_holds_no_more_than_its_quota(service_url, client):
+    """Issue 37.8: the quota was checked before the response and held once the stream ran, so a burst
+    passed the check together and held past it. Sixteen at once from one client (quota 4): four stream."""
+    import concurrent.futures
+    import threading
+
+    job = client.post("/v1/jobs", files={"file": ("doc.pdf", numbered_pdf(40, "Burst"), "application/pdf")}).json()
+    opened, release = [], threading.Event()
+
+    def open_stream() -> int:
+        with httpx.Client(base_url=service_url, timeout=120) as http:
+            with http.stream("GET", f"/v1/jobs/{job['id']}/events") as response:
+                opened.append(response.status_code)
+                if response.status_code == 200:
+                    release.wait(60)  # hold it open while the others try
+                return response.status_code
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        calls = [pool.submit(open_stream) for _ in range(16)]
+        deadline = time.monotonic() + 60
+        while len(opened) < 16 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        release.set()
+        statuses = sorted(call.result() for call in calls)
+    client.delete(f"/v1/jobs/{job['id']}")
+    assert statuses.count(200) == 4 and statuses.count(429) == 12, statuses

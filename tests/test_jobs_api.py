@@ -110,3 +110,45 @@ def test_a_job_survives_kill_9_of_an_ocr_replica_and_of_its_runner(client):
     assert [page["page_number"] for page in pages] == list(range(1, 31))  # none missing, none twice
     for page in pages:
         assert f"Serial {page['page_number'] * 37 + 1000}" in page["text"], page["text"]
+
+
+def test_with_keys_off_each_peer_is_its_own_tenant_and_a_job_id_is_still_enough_to_read_it(service_url, client):
+    """Issue 37.8: with keys off every caller was tenant `-`: one quota and one Idempotency-Key namespace for
+    the whole room. Now a peer's address keys them; the job itself stays readable by its id from anywhere."""
+    import httpx
+
+    document = numbered_pdf(1, "Peer")
+    other = httpx.Client(base_url=service_url, timeout=120,
+                         transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+    with other:
+        first = client.post("/v1/jobs", headers={"Idempotency-Key": "same-key"},
+                            files={"file": ("a.pdf", document, "application/pdf")}).json()
+        second = other.post("/v1/jobs", headers={"Idempotency-Key": "same-key"},
+                            files={"file": ("b.pdf", document, "application/pdf")}).json()
+        assert first["id"] != second["id"]  # two tenants, two namespaces
+        again = client.post("/v1/jobs", headers={"Idempotency-Key": "same-key"},
+                            files={"file": ("a.pdf", document, "application/pdf")}).json()
+        assert again["id"] == first["id"]
+        assert other.get(first["status_url"]).status_code == 200  # the id is the secret, as documented
+    for job in (first, second):
+        client.delete(job["status_url"])
+
+
+def test_job_ids_stay_out_of_the_logs(ray_session, client):
+    """Issue 37.8: a job's id is all that guards it with keys off, and Ray's logs are readable on the node."""
+    from pathlib import Path
+
+    from app.jobs.model import job_tag
+
+    job = client.post("/v1/jobs", files={"file": ("doc.pdf", numbered_pdf(2, "Logged"), "application/pdf")}).json()
+    assert wait_finished(client, job["id"])["status"] == "succeeded"
+    assert client.get(job["result_url"]).status_code == 200
+    time.sleep(2)  # log lines are flushed
+    from ray._private.worker import _global_node
+
+    logs = Path(_global_node.get_session_dir_path()) / "logs"
+    texts = {path: path.read_text(errors="replace") for path in logs.rglob("*")
+             if path.is_file() and path.suffix in (".log", ".out", ".err")}
+    assert any(job_tag(job["id"]) in text for text in texts.values())  # the runner did log the job, by its hash
+    assert [path for path, text in texts.items() if job["id"] in text] == []
+    client.delete(job["status_url"])

@@ -272,6 +272,12 @@ def listening_hosts(port: int) -> set[str]:
     return hosts
 
 
+def test_under_make_run_the_ray_token_is_its_owners_only(service):
+    """Issue 37.8: Ray wrote ~/.ray/auth_token 0644 on a fresh machine: any local user could reach the cluster."""
+    token = service["work"] / "home" / ".ray" / "auth_token"
+    assert token.stat().st_mode & 0o777 == 0o600 and len(token.read_text().strip()) == 64
+
+
 def test_under_make_run_the_metrics_and_ray_listen_on_loopback_only(service):
     assert listening_hosts(service["ports"]["metrics"]) == {"127.0.0.1"}
     assert listening_hosts(service["ports"]["dashboard"]) == {"127.0.0.1"}

@@ -294,3 +294,36 @@ def test_every_benchmark_takes_its_percentiles_one_way():
     values = [float(v) for v in range(20, 0, -1)]  # unsorted on purpose
     assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 1.0)) == (10.0, 19.0, 20.0)
     assert percentile([7.0], 0.99) == 7.0 and percentile([], 0.5) is None
+
+
+def test_the_ray_token_is_made_private_or_tightened(tmp_path):
+    import os
+
+    from app.ops.secrets import private_ray_token
+
+    made = private_ray_token(tmp_path)
+    assert made.stat().st_mode & 0o777 == 0o600 and len(made.read_text()) == 64
+    other = tmp_path / "other"
+    (other / ".ray").mkdir(parents=True)
+    (other / ".ray" / "auth_token").write_text("kept")
+    os.chmod(other / ".ray" / "auth_token", 0o644)
+    tightened = private_ray_token(other)
+    assert tightened.stat().st_mode & 0o777 == 0o600 and tightened.read_text() == "kept"
+
+
+def test_the_ingress_has_request_slots_for_every_long_lived_kind_and_refuses_to_start_without_them():
+    """Issue 37.8: 64 event streams + 32 long-polls + 16 uploads were limits on 96 request slots."""
+    import pytest
+
+    from app.config import Settings
+    from app.http.ingress import check_request_slots
+    from app.serve.builder import ingress_options
+
+    settings = Settings()
+    jobs = settings.jobs
+    slots = ingress_options(settings)["max_ongoing_requests"]
+    assert slots == settings.max_inflight_requests + settings.ingress_overflow_requests + jobs.max_uploads \
+        + jobs.max_long_polls + jobs.max_event_streams
+    check_request_slots(slots, settings)
+    with pytest.raises(ValueError, match="max_event_streams"):
+        check_request_slots(settings.max_inflight_requests + settings.ingress_overflow_requests, settings)

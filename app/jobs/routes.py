@@ -20,10 +20,11 @@ import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
-from typing import Optional
+from typing import Callable, Optional
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 from ray.serve.handle import DeploymentHandle
 
 from app.config import Jobs
@@ -142,7 +143,10 @@ class JobRoutes:
         seen = last_event_id(request.headers.get("last-event-id"))
         job = await self._job(request, job_id)
         client = _client(request)
-        self._streams.check(client, self._jobs.quotas_for(client).max_event_streams)  # 429/503 before streaming
+        # Checked and held in one step, before the response starts: a burst of streams cannot all pass the
+        # check and then all hold. Let go when the stream ends, or when its response never ran (the
+        # background task runs after the response, whether or not the client stayed).
+        held = self._streams.take(client, self._jobs.quotas_for(client).max_event_streams)
 
         async def current(job_id: str) -> Optional[Job]:
             try:
@@ -151,13 +155,15 @@ class JobRoutes:
                 return None
 
         async def stream():
-            with self._streams.hold(client):  # held while the stream runs
+            try:
                 async for chunk in job_events(job, seen, lambda i: self._call(self._store.recorded_order, i), current,
                                               request.is_disconnected, self._jobs.events_poll_s,
                                               self._jobs.events_keepalive_s, self._base):
                     yield chunk
+            finally:
+                held()
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
+        return StreamingResponse(stream(), media_type="text/event-stream", background=BackgroundTask(held),
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def _wait_for_change(self, request: Request, job: Job, wait: float) -> Job:
@@ -219,6 +225,22 @@ class Holders:
             raise QuotaExceeded(f"Client {client!r} has {client_limit} {self._what} in progress here already "
                                 f"(jobs.quotas.{self._quota}={client_limit}); send them one after another.",
                                 retry_after_s=2)
+
+    def take(self, client: str, client_limit: int) -> Callable[[], None]:
+        """Check and hold one at once; the returned call lets it go (once, however often it is called)."""
+        self.check(client, client_limit)
+        self._held[client] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._held[client] -= 1
+                if self._held[client] <= 0:
+                    del self._held[client]
+
+        return release
 
     @contextmanager
     def hold(self, client: str, client_limit: Optional[int] = None):

@@ -158,6 +158,13 @@ class Jobs(BaseModel):
         default_factory=dict, description="Quotas of named clients (API key names) that differ from `quotas`."
     )
 
+    @property
+    def long_lived_slots(self) -> int:
+        """Request slots an ingress replica may hold for long: uploads (and kept-document renders), long-polls
+        and event streams. The builder adds them to the ingress's request slots, so they never crowd out
+        /v1/ocr; the ingress checks the sum at start-up (app/http/ingress.py)."""
+        return self.max_uploads + self.max_long_polls + self.max_event_streams
+
     def quotas_for(self, client: str) -> JobQuotas:
         return self.client_quotas.get(client, self.quotas)
 

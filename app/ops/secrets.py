@@ -37,3 +37,21 @@ def read_secret(path: str, what: str) -> bytes:
     if problem:
         raise SecretFileError(f"{what}: {problem}")
     return Path(path).read_bytes().strip()
+
+
+def private_ray_token(home: Path | None = None) -> Path:
+    """~/.ray/auth_token, readable by its owner only. Ray writes it with the process's umask (0644 on most
+    machines: every local user could then reach the cluster); made here first, as Ray makes it (64 hex
+    characters), with mode 0600, and an existing one is tightened. Ray reads it instead of writing one."""
+    import secrets as random
+
+    path = (home or Path.home()) / ".ray" / "auth_token"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        return path
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(random.token_hex(32))
+    return path

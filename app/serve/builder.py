@@ -104,12 +104,17 @@ def logging_config(settings: Settings) -> dict:
 # serve_config.yaml's `deployments:` entries override them one deployment at a time for the fleet;
 # the @serve.deployment decorators set none.
 
+def ingress_request_slots(settings: Settings) -> int:
+    """Every kind of request an ingress replica holds, each with room of its own: /v1/ocr's working slots,
+    the overflow it answers 503, and the jobs' long-lived slots (uploads, long-polls, event streams)."""
+    return settings.max_inflight_requests + settings.ingress_overflow_requests + settings.jobs.long_lived_slots
+
+
 def ingress_options(settings: Settings) -> dict:
     # Room above the admission limit so that excess requests reach the ingress and get its
     # JSON 503; past that the proxy itself answers 503 (plain text) instead of queueing more.
     # An ingress replica told to stop holds whole requests: a long document gets time to finish.
-    return {"ray_actor_options": {"num_cpus": 0.1},
-            "max_ongoing_requests": settings.max_inflight_requests + settings.ingress_overflow_requests,
+    return {"ray_actor_options": {"num_cpus": 0.1}, "max_ongoing_requests": ingress_request_slots(settings),
             "max_queued_requests": settings.ingress_max_queued_requests,
             "graceful_shutdown_timeout_s": 120}
 
