@@ -328,22 +328,29 @@ def job_route_abuse(rng: random.Random, docs: dict[str, bytes]) -> Case:
     return Case(f"jobs/method-{method}", docs["png"], "image/png", method=method, path="/v1/jobs")
 
 
-def fuzz_cases(seed: int, count: int, host: str = "127.0.0.1", jobs: bool = False) -> Iterator[Case]:
+def fuzz_cases(seed: int, count: int, host: str = "127.0.0.1", jobs: bool = False,
+               chat_model: Optional[str] = None) -> Iterator[Case]:
     """With `jobs`, a third of the cases go to the job routes: mutated documents submitted as jobs, and
-    abuse of the routes' own inputs."""
+    abuse of the routes' own inputs. With `chat_model` (the served model's id), a quarter of the rest go
+    to /v1/chat/completions (load/fuzz_doors.py)."""
+    from load.fuzz_doors import chat_abuse
+
     rng = random.Random(seed)
     docs = base_documents()
     kinds = sorted(MUTATIONS)
     for number in range(count):
         roll = rng.random()
-        if jobs and rng.random() < 1 / 3:
+        if chat_model and rng.random() < 1 / 4:
+            case = chat_abuse(rng, docs, chat_model)
+        elif jobs and rng.random() < 1 / 3:
             if rng.random() < 0.5:
                 case = job_route_abuse(rng, docs)
             else:
                 kind = rng.choice(kinds)
                 label, body = rng.choice(MUTATIONS[kind])(rng, docs[kind])
+                kept = {"keep_document": "true"} if chat_model and rng.random() < 0.3 else {}
                 case = Case(f"jobs-submit/{kind}/{label}", body, DECLARED[kind], multipart=rng.random() < 0.5,
-                            path="/v1/jobs")
+                            path="/v1/jobs", params=kept)
         elif roll < 0.15:
             case = request_abuse(rng, docs, host)
         elif roll < 0.22:

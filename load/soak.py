@@ -131,6 +131,11 @@ def verdicts(results: dict, limits: dict) -> dict:
             not fuzz["bad"] and not fuzz["replica_dips"] and fuzz["alive_after"] and fuzz["requests"] >= 300)
         out["fuzzer on /v1/jobs: every accepted job ended"] = (
             fuzz.get("job_route_requests", 0) > 0 and fuzz.get("jobs_unfinished") == [])
+        doors = fuzz.get("results_and_streams_by_status", {})
+        out["fuzzer on chat, every result format and event streams: 0 x 5xx"] = (
+            fuzz.get("chat_requests", 0) > 0 and any(key.startswith("events") for key in doors)
+            and not any(key.split()[-1].startswith("5") for key in doors)
+            and not any(status.startswith("5") for status in fuzz.get("chat_by_status", {})))
     bombs = results.get("bombs")
     if bombs:
         slack = limits["page_render_timeout_s"] + 10
@@ -172,6 +177,9 @@ def table(results: dict, checks: dict) -> str:
         f = results["fuzz"]
         rows.append(("fuzzer", f"{f['requests']} requests (seed {f['seed']}) in {f['seconds']} s: {f['by_status']}; "
                      f"bad {len(f['bad'])}; replica dips {len(f['replica_dips'])}"))
+        if f.get("chat_requests"):
+            rows.append(("fuzzer: /v1/chat/completions", f"{f['chat_requests']} requests: {f['chat_by_status']}"))
+            rows.append(("fuzzer: job results and events", str(f["results_and_streams_by_status"])))
     if "bombs" in results:
         b = results["bombs"]
         for name, r in b["bombs"].items():
@@ -266,7 +274,7 @@ def main() -> int:
         wait_until_running("ocr", 300)
         print(f"service up in {time.monotonic() - started:.0f} s at {url}", flush=True)
         scenarios = [
-            ("fuzz", lambda: soak.fuzz(url, seed=options.seed, count=sizes["fuzz"], jobs=True)),
+            ("fuzz", lambda: soak.fuzz(url, seed=options.seed, count=sizes["fuzz"], jobs=True, doors=True)),
             ("bombs", lambda: soak.bombs(url, {"self-drawing-form-pdf": self_drawing_form_pdf(),
                                                 "fan-out-forms-pdf-7x10": fan_out_forms_pdf(7, 10),
                                                 "apng-2^31-frames": apng_frame_bomb(), **damaged_tiffs()})),

@@ -157,12 +157,15 @@ class ClientLoad:
 # --- scenarios ----------------------------------------------------------------------------------
 
 def fuzz(url: str, seed: int, count: int, check_every: int = 25, jobs: bool = False,
-         job_deadline_s: float = 180) -> dict:
+         job_deadline_s: float = 180, doors: bool = False) -> dict:
     """Hostile requests one after another; the service must stay up with every replica RUNNING.
-    With `jobs`, a third go to /v1/jobs, and every job accepted must end (nothing accepted is lost)."""
+    With `jobs`, a third go to /v1/jobs, and every job accepted must end (nothing accepted is lost).
+    With `doors`, a quarter go to /v1/chat/completions, and each accepted job's result is asked for in
+    every format and its event stream read (load/fuzz_doors.py): no 5xx there either."""
     expected = running_replicas()
     outcomes, bad, replica_dips = [], [], []
-    cases = list(fuzz_cases(seed, count, host=urlsplit(url).netloc, jobs=jobs))
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"] if doors else None
+    cases = list(fuzz_cases(seed, count, host=urlsplit(url).netloc, jobs=jobs, chat_model=model))
     started = time.monotonic()
     with httpx.Client() as client:
         for number, case in enumerate(cases):
@@ -176,7 +179,10 @@ def fuzz(url: str, seed: int, count: int, check_every: int = 25, jobs: bool = Fa
                 if now != expected:
                     replica_dips.append({"after": case.name, "replicas": now})
     accepted = [o.job_id for o in outcomes if o.job_id]
-    unfinished = follow_jobs(url, accepted, job_deadline_s) if accepted else []
+    doors_seen: collections.Counter = collections.Counter()
+    unfinished = follow_jobs(url, accepted, job_deadline_s, doors_seen if doors else None) if accepted else []
+    bad += [{"case": what, "why": status, "status": int(status)} for (what, status) in doors_seen
+            if status.isdigit() and int(status) >= 500]
     alive = httpx.get(f"{url}/readyz", timeout=10).status_code == 200
     job_outcomes = [o for o, c in zip(outcomes, cases) if c.path.startswith("/v1/jobs")]
     return {
@@ -186,6 +192,10 @@ def fuzz(url: str, seed: int, count: int, check_every: int = 25, jobs: bool = Fa
         "job_route_by_status": dict(sorted(collections.Counter(str(o.status) for o in job_outcomes).items())),
         "jobs_accepted": len(set(accepted)),
         "jobs_unfinished": unfinished,
+        "chat_requests": sum(c.path == "/v1/chat/completions" for c in cases),
+        "chat_by_status": dict(sorted(collections.Counter(str(o.status) for o, c in zip(outcomes, cases)
+                                                          if c.path == "/v1/chat/completions").items())),
+        "results_and_streams_by_status": {f"{what} {status}": n for (what, status), n in sorted(doors_seen.items())},
         "seconds": round(time.monotonic() - started, 1),
         "by_status": dict(sorted(collections.Counter(str(o.status) for o in outcomes).items())),
         "by_code": dict(collections.Counter(o.code for o in outcomes if o.code).most_common()),
@@ -197,8 +207,10 @@ def fuzz(url: str, seed: int, count: int, check_every: int = 25, jobs: bool = Fa
     }
 
 
-def follow_jobs(url: str, job_ids: list[str], deadline_s: float) -> list[dict]:
-    """Each accepted job until it ends (then it is deleted); those that never end or vanish, with their state."""
+def follow_jobs(url: str, job_ids: list[str], deadline_s: float,
+                doors: Optional[collections.Counter] = None) -> list[dict]:
+    """Each accepted job until it ends (then it is deleted); those that never end or vanish, with their state.
+    With `doors`, each ended job's result in every format and its event stream, counted there by status."""
     deadline = time.monotonic() + deadline_s
     left, lost = list(dict.fromkeys(job_ids)), []
     with httpx.Client(base_url=url, timeout=70) as client:
@@ -211,8 +223,22 @@ def follow_jobs(url: str, job_ids: list[str], deadline_s: float) -> list[dict]:
                     break
             if status.get("status") not in ("succeeded", "partial", "failed"):
                 lost.append({"id": job_id, "last": status})
+            elif doors is not None:
+                read_every_door(client, job_id, doors)
             client.delete(f"/v1/jobs/{job_id}")
     return lost
+
+
+def read_every_door(client: httpx.Client, job_id: str, seen: collections.Counter) -> None:
+    from load.fuzz_doors import RESULT_FORMATS
+
+    for form in RESULT_FORMATS:
+        answer = client.get(f"/v1/jobs/{job_id}/result", params={"format": form})
+        seen[(f"result?format={form}", str(answer.status_code))] += 1
+    with client.stream("GET", f"/v1/jobs/{job_id}/events") as events:
+        for _ in events.iter_lines():
+            pass
+        seen[("events", str(events.status_code))] += 1
 
 
 def bombs(url: str, cases: dict[str, bytes], clients: int = 2, settle_s: float = 3.0) -> dict:

@@ -67,3 +67,19 @@ def test_forty_searchable_pdf_calls_on_one_kept_job_leave_a_good_ocr_request_ans
     again = client.get(submitted["result_url"], params={"format": "pdf"})
     assert again.status_code == 200 and again.content == answers[[a.status_code for a in answers].index(200)].content
     client.delete(submitted["status_url"])
+
+
+def test_fuzzer_on_the_new_doors_gets_no_5xx_and_every_replica_stays_up(service_url):
+    """Issue 37.9, short: chat completions (malformed, nested, huge, bad data: URLs, knobs at their edges),
+    and every accepted job's result in every format and its event stream."""
+    report = soak.fuzz(service_url, seed=20261207, count=80, jobs=True, doors=True)
+    print({key: report[key] for key in ("chat_requests", "chat_by_status", "results_and_streams_by_status",
+                                        "by_status", "seconds")})
+    assert report["bad"] == [], report["bad"]
+    assert report["replica_dips"] == [] and report["alive_after"]
+    assert report["chat_requests"] >= 12 and report["jobs_unfinished"] == []
+    doors = report["results_and_streams_by_status"]
+    assert any(key.startswith("result?format=pdf 200") for key in doors), doors  # a kept document was made searchable
+    assert any(key.startswith("events 200") for key in doors), doors
+    assert any(status.startswith("4") for status in report["chat_by_status"])
+    assert report["chat_by_status"].get("200", 0) >= 1  # good requests among them were read
