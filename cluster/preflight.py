@@ -144,6 +144,21 @@ def check_tls_files(directory: str) -> Check:
     return Check(name, PASS, f"{directory}: signed by its CA, valid 30 days more, key private")
 
 
+def check_secret_files(paths: list[str]) -> Optional[Check]:
+    """Secret files the service will read (callback signing keys): private, not empty. The replica refuses
+    them at start-up otherwise (app/ops/secrets.py); better found here, before a deploy."""
+    if not paths:
+        return None
+    try:
+        from app.ops.secrets import secret_file_problem
+    except ImportError as exc:
+        return Check("secret files", WARN, f"run this inside the image to check them ({exc})")
+    problems = [problem for problem in map(secret_file_problem, paths) if problem]
+    if problems:
+        return Check("secret files", FAIL, "; ".join(problems))
+    return Check("secret files", PASS, f"{len(paths)} file(s): mode 0600 or stricter, not empty")
+
+
 def check_job_store(url: Optional[str], ca_file: str, password_file: str) -> Optional[Check]:
     """The fleet's Redis as the service opens it (app/jobs/redis_store.py): TLS, password, AOF, no eviction."""
     if not url:
@@ -166,6 +181,7 @@ def check_job_store(url: Optional[str], ca_file: str, password_file: str) -> Opt
 def run_checks(options, nvml_loader: Callable = load_nvml) -> list[Check]:
     driver, nvml = check_driver(nvml_loader)
     store = check_job_store(options.job_store, f"{options.tls_dir}/ca.crt", options.redis_password_file)
+    secrets = check_secret_files(getattr(options, "secret_file", None) or [])
     return [
         driver,
         check_cuda(nvml, options.cuda),
@@ -176,7 +192,7 @@ def run_checks(options, nvml_loader: Callable = load_nvml) -> list[Check]:
         check_clock(),
         check_torch_cuda(options.image),
         check_tls_files(options.tls_dir),
-    ] + ([store] if store else [])
+    ] + [check for check in (store, secrets) if check]
 
 
 def table(checks: list[Check]) -> str:
@@ -198,6 +214,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--tls-dir", default="/etc/ocr/tls", help="the fleet's ca.crt, node.crt, node.key")
     parser.add_argument("--job-store", help="the fleet's Redis, as serve_config.yaml names it (rediss://HOST:6390/0)")
     parser.add_argument("--redis-password-file", default="/etc/ocr/secrets/redis_password")
+    parser.add_argument("--secret-file", action="append", default=[],
+                        help="a secret the service reads (jobs.callbacks.secret_file, receiver_secret_files); repeat")
     options = parser.parse_args(argv)
     checks = run_checks(options)
     print(table(checks))

@@ -91,3 +91,18 @@ def test_command_on_this_machine_says_no_driver_and_fails():
     assert result.returncode == 1
     assert "nvidia driver" in result.stdout and "no NVIDIA driver found" in result.stdout
     assert "torch sees CUDA" in result.stdout
+
+
+def test_a_secret_file_others_may_read_or_an_empty_one_fails_preflight(tmp_path):
+    """Issue 37.4: the same check as the service's at start-up (app/ops/secrets.py), before a deploy."""
+    import os
+
+    good, open_, empty = tmp_path / "good", tmp_path / "open", tmp_path / "empty"
+    for path, text, mode in ((good, "k" * 32, 0o600), (open_, "k" * 32, 0o644), (empty, "\n", 0o600)):
+        path.write_text(text)
+        os.chmod(path, mode)
+    assert preflight.check_secret_files([str(good)]).status == preflight.PASS
+    failed = preflight.check_secret_files([str(good), str(open_), str(empty), str(tmp_path / "missing")])
+    assert failed.status == preflight.FAIL
+    assert "chmod 600" in failed.detail and "empty" in failed.detail and "cannot be read" in failed.detail
+    assert preflight.check_secret_files([]) is None
