@@ -20,7 +20,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.11 python3.11-venv libglib2.0-0 curl ca-certificates tini \
-       redis-server \
+       redis-server libseccomp2 \
        tesseract-ocr tesseract-ocr-script-frak tesseract-ocr-deu tesseract-ocr-eng \
     && rm -rf /var/lib/apt/lists/* \
     && python3.11 -m venv /opt/venv \
