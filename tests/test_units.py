@@ -327,3 +327,36 @@ def test_the_ingress_has_request_slots_for_every_long_lived_kind_and_refuses_to_
     check_request_slots(slots, settings)
     with pytest.raises(ValueError, match="max_event_streams"):
         check_request_slots(settings.max_inflight_requests + settings.ingress_overflow_requests, settings)
+
+
+def test_searchable_renders_run_once_per_job_within_the_clients_upload_slots():
+    """Issue 37.5 in process: ten calls at once on one job render once; a client's slots bound them first."""
+    import asyncio
+
+    import pytest
+
+    from app.errors import QuotaExceeded
+    from app.jobs.model import Job
+    from app.jobs.routes import ByteBudget, Holders
+    from app.jobs.searchable import SearchableRenders
+
+    renders = SearchableRenders(Holders("job uploads", 16, "max_uploads"), ByteBudget(10**9), 10**8)
+    started = []
+
+    async def render() -> bytes:
+        started.append(1)
+        await asyncio.sleep(0.05)
+        return b"%PDF-1.7 one"
+
+    async def calls(count: int, client_slots: int):
+        job = Job(id=f"{count:032x}")
+        return await asyncio.gather(*[renders.answer(job, "c", client_slots, 1000, render) for _ in range(count)],
+                                    return_exceptions=True)
+
+    answers = asyncio.run(calls(10, 16))
+    assert len(started) == 1 and {a.body for a in answers} == {b"%PDF-1.7 one"}
+    assert renders._locks == {} and not renders._users  # nothing kept for a job nobody renders
+    crowded = asyncio.run(calls(6, 2))
+    assert sum(isinstance(a, QuotaExceeded) for a in crowded) == 4 and len(started) == 2
+    with pytest.raises(Exception, match="keep_document"):
+        asyncio.run(renders.answer(Job(id="f" * 32), "c", 4, None, render))

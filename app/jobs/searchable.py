@@ -11,7 +11,7 @@ small cache, so forty calls on one job cost one decoder once.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from contextlib import ExitStack
 from typing import Awaitable, Callable, Optional
 
@@ -55,6 +55,7 @@ class SearchableRenders:
         self._uploads, self._buffered = uploads, buffered  # app/jobs/routes.py's Holders and ByteBudget
         self._cache = RenderedCache(cache_bytes)
         self._locks: dict[str, asyncio.Lock] = {}
+        self._users: Counter[str] = Counter()  # calls holding or waiting for each job's lock
         self.renders = 0  # renders started on this replica (tests, /v1/info)
 
     async def answer(self, job: Job, client: str, client_uploads: int, size: Optional[int],
@@ -74,6 +75,7 @@ class SearchableRenders:
 
     async def _render_once(self, job_id: str, render: Callable[[], Awaitable[bytes]]) -> bytes:
         lock = self._locks.setdefault(job_id, asyncio.Lock())
+        self._users[job_id] += 1
         try:
             async with lock:
                 pdf = self._cache.get(job_id)  # written while this call waited
@@ -83,7 +85,9 @@ class SearchableRenders:
                     self._cache.put(job_id, pdf)
                 return pdf
         finally:
-            if not lock.locked() and not getattr(lock, "_waiters", None):
+            self._users[job_id] -= 1
+            if not self._users[job_id]:  # the last one out: no lock kept for a job nobody renders
+                del self._users[job_id]
                 self._locks.pop(job_id, None)
 
     def forget(self, job_id: str) -> None:
