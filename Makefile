@@ -81,7 +81,7 @@ accuracy: install
 bench: install
 	$(BIN)/python load/bench.py
 
-# Hostile input and faults, with figures (under 20 minutes on 2 cores; not part of make test).
+# Hostile input and faults, with figures (about 25 minutes on 2 cores; not part of make test).
 soak: install-test
 	$(BIN)/python load/soak.py
 

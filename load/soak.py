@@ -69,6 +69,8 @@ def soak_config(port: int) -> dict:
     config["http_options"] = {"host": "127.0.0.1", "port": port}
     args.update(engine="ppocr", device="cpu", engine_threads=1, ocr_replicas=OCR_REPLICAS, ocr_num_cpus=0.5,
                 ocr_num_gpus=0)
+    # The StructureModel as shipped (layout and tables on every page), one replica of it on this machine.
+    args["structure"].update(replicas=1, num_cpus=0.25, threads=1)
     args["limits"]["upload_read_timeout_s"] = READ_TIMEOUT_S
     args["batching"]["max_concurrent_batches"] = 1
     for deployment in app["deployments"]:
