@@ -24,29 +24,29 @@ class Handler(BaseHTTPRequestHandler):
         with Handler.lock:
             Handler.inflight += 1
             Handler.most_inflight = max(Handler.most_inflight, Handler.inflight)
-        try:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            kind = body.split(b"kind=")[-1].split(b";")[0].decode() if b"kind=" in body else "ok"
-            time.sleep(0.05)
-            if kind == "drop":
-                self.close_connection = True
-                self.connection.shutdown(2)
-                return
-            status, payload, content_type = {
-                "ok": (200, json.dumps({"text": "read", "size": len(body)}), "application/json"),
-                "busy": (503, json.dumps({"error": {"code": "overloaded"}}), "application/json"),
-                "plain": (503, "no healthy upstream", "text/plain"),
-                "bad": (422, json.dumps({"error": {"code": "unprocessable_document"}}), "application/json"),
-            }[kind]
-            data = payload.encode()
-            self.send_response(status)
-            self.send_header("content-type", content_type)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        finally:
-            with Handler.lock:
-                Handler.inflight -= 1
+        body = self.rfile.read(int(self.headers["content-length"]))
+        kind = body.split(b"kind=")[-1].split(b";")[0].decode() if b"kind=" in body else "ok"
+        time.sleep(0.05)
+        # Out of flight before the client can see the answer: counted after the write, a client that
+        # has its answer may already be sending its next request while this thread still counts the last.
+        with Handler.lock:
+            Handler.inflight -= 1
+        if kind == "drop":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        status, payload, content_type = {
+            "ok": (200, json.dumps({"text": "read", "size": len(body)}), "application/json"),
+            "busy": (503, json.dumps({"error": {"code": "overloaded"}}), "application/json"),
+            "plain": (503, "no healthy upstream", "text/plain"),
+            "bad": (422, json.dumps({"error": {"code": "unprocessable_document"}}), "application/json"),
+        }[kind]
+        data = payload.encode()
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def log_message(self, *args):
         pass
