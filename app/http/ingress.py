@@ -20,6 +20,7 @@ from app import __version__
 from app.http.auth import APIKeyMiddleware, KeyRing
 from app.config import Settings
 from app.formats import parse_format
+from app import ui
 from app.http import error_boundary, openai_api
 from app.http.formatted import formatted
 from app.errors import RequestTimeout, ServiceUnavailable
@@ -29,7 +30,7 @@ from app.http.readiness import ReadinessCache, missing_stages, running_replicas
 from app.http.request_log import RequestLog, log_fields, stage_totals
 from app.pipeline.document_reader import DocumentReader
 from app.pipeline.page_pipeline import EngineIdentity, Stages
-from app.http.uploads import read_bounded, read_upload
+from app.http.uploads import query_flag, read_bounded, read_upload
 from app.schemas import Generation
 from app.ops.replica import harden_process
 
@@ -38,6 +39,7 @@ logger = logging.getLogger("ray.serve")
 api = FastAPI(title="Offline OCR service", version=__version__)
 # The keys of this process's ingress replica (one replica per process); None: the API is open.
 _keyring: Optional[KeyRing] = None
+ui.install(api)  # the page at /ui (app/ui): its files need no key; the API it calls does
 api.add_middleware(APIKeyMiddleware, keyring=lambda: _keyring)
 api.add_middleware(RequestLog)  # added last: outermost, so it sees 401s too
 
@@ -109,10 +111,12 @@ class Ingress:
         request_id = _request_id(request)
         try:
             form = parse_format(request.query_params.get("format"))
+            page_images = query_flag(request, "page_images")
             # The body first, under a deadline: a client that stalls mid-upload holds no
             # admission slot, so stalled connections cannot turn good requests away.
             limits = self._settings.limits
             upload = await asyncio.wait_for(read_upload(request, limits.max_upload_bytes), limits.upload_read_timeout_s)
+            upload.page_images = page_images and form == "json"
         except asyncio.TimeoutError:
             return error_boundary.failed(request, self._upload_timeout())
         except Exception as exc:

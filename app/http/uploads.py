@@ -28,6 +28,7 @@ class Upload:
     lang: Optional[str] = None  # auto, deu-frak or latin (app/engines/fraktur.py); None: auto
     structure: Optional[str] = None  # auto or off (app/structure); None: the settings'
     pdf_text: Optional[str] = None  # auto, ocr or layer (app/sandbox/pdf_text.py); None: the settings'
+    page_images: bool = False  # /v1/ocr only: each page's picture in its result (app/pipeline/page_preview.py)
 
 
 # A request's options, each with its parser: query parameters, or multipart form fields (which win).
@@ -67,6 +68,14 @@ async def read_bounded(request: Request, max_bytes: int, idle_timeout_s: Optiona
     except ClientDisconnect:
         raise BadRequest("The client disconnected before the upload finished.", code="incomplete_upload") from None
     return b"".join(chunks)
+
+
+def query_flag(request: Request, name: str) -> bool:
+    """A true/false query parameter (absent: false); anything else is 400 `invalid_<name>`."""
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise BadRequest(f"{name} must be true or false.", code=f"invalid_{name}")
+    return value in ("true", "1")
 
 
 def _too_large(size: int, max_bytes: int) -> PayloadTooLarge:

@@ -38,7 +38,7 @@ from app.jobs.model import Job, result_body, status_body
 from app.jobs.searchable import SearchableRenders
 from app.jobs.store import JobStore, admission, open_store
 from app.http.proxy_guard import safe_request_id
-from app.http.uploads import read_upload
+from app.http.uploads import query_flag, read_upload
 
 logger = logging.getLogger("ray.serve")
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -76,7 +76,7 @@ class JobRoutes:
         store = self._require_store()
         client = _client(request)
         logger.info("request %s (job submit) from client %s", request_id, client)
-        _flag(request, "keep_document")  # a bad flag or callback is refused before the upload is read
+        query_flag(request, "keep_document")  # a bad flag or callback is refused before the upload is read
         callback_url = request.query_params.get("callback_url")
         if callback_url is not None:
             allowed_url(callback_url, self._jobs.callbacks)
@@ -99,7 +99,7 @@ class JobRoutes:
         job = Job(id=uuid.uuid4().hex, client=client, content_type=upload.content_type,
                   filename=(upload.filename or "")[:255] or None, document_sha256=digest, pages=pages,
                   orientation=upload.orientation, lang=upload.lang, structure=upload.structure,
-                  pdf_text=upload.pdf_text, keep_document=_flag(request, "keep_document"),
+                  pdf_text=upload.pdf_text, keep_document=query_flag(request, "keep_document"),
                   callback_url=request.query_params.get("callback_url"),
                   created_at=time.time())
         stored, created = await self._call(store.create, job, upload.data, key, admission(self._jobs, client))
@@ -310,10 +310,3 @@ def _wait_s(raw: Optional[str]) -> float:
     if not 0 <= wait <= MAX_WAIT_S:
         raise BadRequest("wait must be between 0 and 60 seconds.", code="invalid_wait")
     return wait
-
-
-def _flag(request: Request, name: str) -> bool:
-    value = request.query_params.get(name, "false").lower()
-    if value not in ("true", "false", "1", "0"):
-        raise BadRequest(f"{name} must be true or false.", code=f"invalid_{name}")
-    return value in ("true", "1")

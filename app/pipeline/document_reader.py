@@ -17,6 +17,7 @@ from typing import AsyncIterator, Optional
 from ray.serve.handle import DeploymentHandle
 
 from app.pipeline.page_pipeline import Stages, read_page
+from app.pipeline.page_preview import page_preview
 from app.schemas import Generation, PagePayload
 
 
@@ -86,4 +87,8 @@ class DocumentReader:
         lang, structure = getattr(upload, "lang", None), getattr(upload, "structure", None)
         if generation is not None or lang is not None or structure is not None:
             page = dataclasses.replace(page, generation=generation, lang=lang, structure=structure)
-        return await read_page(self._stages, page, self._retries)
+        if not getattr(upload, "page_images", False):
+            return await read_page(self._stages, page, self._retries)
+        picture = await page_preview(page)  # before the page goes on: the result holds no pixels
+        result = await read_page(self._stages, page, self._retries)
+        return {**result, "image": picture}
