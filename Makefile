@@ -73,6 +73,7 @@ status:
 # beside the test venv (pip waits on the network and the disk more than on the CPU).
 test:
 	$(MAKE) -j2 install-test install-vllm
+	$(BIN)/lint-imports  # the layers (pyproject.toml's [tool.importlinter]; docs/architecture.md)
 	$(BIN)/python -m pytest -v -rs --durations=30 $(PYTEST_ARGS)
 
 accuracy: install

@@ -12,9 +12,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.engine_options import TesseractOptions, VLLMOptions, VLMOptions
-from app.jobs.settings import Jobs
-from app.structure.settings import StructureSettings
+from app.settings.engines import TesseractOptions, VLLMOptions, VLMOptions
+from app.settings.jobs import Jobs
+from app.settings.structure import StructureSettings
 
 
 class DecodeLimits(BaseModel):
@@ -266,16 +266,6 @@ class Settings(BaseModel):
                                 orientation_min_share=self.orientation_min_share, decode_workers=self.decode_workers,
                                 pdf_text=self.pdf_text)
 
-    @field_validator("engine")
-    @classmethod
-    def _known_engine(cls, value: str) -> str:
-        from app.engines.registry import ENGINES
-
-        module, _, attribute = value.partition(":")
-        if value not in ENGINES and not (module and attribute):
-            raise ValueError(f"engine must be one of {sorted(ENGINES)} or package.module:Class")
-        return value
-
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":
         if self.device == "cuda" and self.ocr_num_gpus <= 0:
@@ -283,6 +273,4 @@ class Settings(BaseModel):
         store = self.jobs.store
         if store and not store.startswith(("sqlite:///", "redis://", "rediss://")):
             raise ValueError("jobs.store must be sqlite:///ABSOLUTE/PATH, rediss://HOST:PORT/DB (TLS) or redis://")
-        if self.engine in ("vlm", "vllm") and not self.model_dir:
-            raise ValueError(f"engine '{self.engine}' needs model_dir: a local directory holding the model")
         return self

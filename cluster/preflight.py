@@ -165,8 +165,8 @@ def check_job_store(url: Optional[str], ca_file: str, password_file: str) -> Opt
         return None
     name = "job store"
     try:
-        from app.jobs.settings import Jobs
-        from app.jobs.store import open_store
+        from app.settings.jobs import Jobs
+        from app.jobs.stores import open_store
     except ImportError as exc:
         return Check(name, WARN, f"run this inside the image to check {url} ({exc})")
     try:

@@ -103,11 +103,11 @@ def arm_module(*names: str):
 
 def engine_input_of(documents):
     """The arm's OCR-replica side: PNG decoding in trees before the raw transport, else as_rgb
-    (in app/documents.py until it moved to app/page_size.py, now app/pipeline/page_size.py)."""
+    (in app/documents.py until it moved to app/page_size.py, now app/page_size.py)."""
     if hasattr(documents, "decode_png"):
         return lambda payload: documents.decode_png(payload.png)
     try:
-        as_rgb = arm_module("app.pipeline.page_size", "app.page_size").as_rgb
+        as_rgb = arm_module("app.page_size", "app.page_size").as_rgb
     except ModuleNotFoundError:
         as_rgb = documents.as_rgb
     return lambda payload: as_rgb(payload.image)
@@ -235,7 +235,7 @@ def png_form(image) -> tuple[bytes, callable]:
 def raw_form(image) -> tuple[bytes, callable]:
     import numpy as np
 
-    from app.pipeline.page_size import as_rgb
+    from app.page_size import as_rgb
 
     shape = (image.height, image.width) if image.mode == "L" else (image.height, image.width, 3)
     return image.tobytes(), lambda data: as_rgb(np.frombuffer(data, np.uint8).reshape(shape))
@@ -254,10 +254,10 @@ def transport_table(devset: list, rounds: int) -> dict:
     from app.config import Settings
     from app.sandbox.documents import iter_pages
     from app.engines import input_budget
-    from app.pipeline.page_size import Target, fit_to_budget
+    from app.page_size import InputBudget, fit_to_budget
 
     budget = input_budget(Settings())
-    target = Target(budget.max_side, budget.max_pixels)
+    target = InputBudget(budget.max_side, budget.max_pixels)
     images = [fit_to_budget(page.image, budget.max_side, budget.max_pixels)[0]
               for data, content_type in devset
               for page in iter_pages(data, content_type, None, Settings().limits, target)]
@@ -288,12 +288,12 @@ def additions_table(devset: list, rounds: int) -> dict:
     from app.orientation.confirm import line_votes
     from app.orientation.geometry import turn
     from app.orientation.models import LineReader
-    from app.pipeline.page_size import Target, as_rgb, fit_to_budget
+    from app.page_size import InputBudget, as_rgb, fit_to_budget
     from app.sandbox.documents import iter_pages
 
     settings = Settings()
     budget = input_budget(settings)
-    target = Target(budget.max_side, budget.max_pixels)
+    target = InputBudget(budget.max_side, budget.max_pixels)
     pages = [as_rgb(np.asarray(fit_to_budget(page.image, budget.max_side, budget.max_pixels)[0]))
              for data, content_type in devset
              for page in iter_pages(data, content_type, None, settings.limits, target)]

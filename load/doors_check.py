@@ -105,7 +105,7 @@ def pdf_calls(url: str, http: httpx.Client, png: bytes) -> dict:
 def callbacks() -> dict:
     from tests.test_callback_delivery import ListStore, Receiver, finished_job, secret_file  # the test's parts
     from app.jobs.callbacks import CallbackSender
-    from app.jobs.settings import Callbacks
+    from app.settings.jobs import Callbacks
 
     async def scenario(key_dir: Path) -> dict:
         slow = Receiver(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100, byte_every_s=1.0)

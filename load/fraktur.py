@@ -100,7 +100,7 @@ def page_text(lines, width: int, height: int) -> str:
 def measure(options) -> dict:
     from app.engines import input_budget
     from app.engines.tesseract import tessdata_dir
-    from app.pipeline.page_size import fit_to_budget
+    from app.page_size import fit_to_budget
     from app.sandbox.documents import load_pages
 
     readers = Readers()

@@ -73,7 +73,7 @@ def upright_pixels(sample: Sample, side: int) -> np.ndarray:
     the PNG made of this)."""
     from app.config import Settings
     from app.engines import input_budget
-    from app.pipeline.page_size import fit_to_budget
+    from app.page_size import fit_to_budget
 
     image = ImageOps.exif_transpose(Image.open(sample.path)).convert("RGB")
     return np.asarray(fit_to_budget(image, side, input_budget(Settings()).max_pixels)[0])

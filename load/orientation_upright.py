@@ -33,7 +33,7 @@ from load.orientation import engine_side, upright_pixels  # noqa: E402
 def pages(options) -> list[tuple[str, str, int, np.ndarray]]:
     """(set, name, the turn that makes it upright, pixels)."""
     from app.orientation.geometry import turn
-    from app.pipeline.page_size import fit_to_budget
+    from app.page_size import fit_to_budget
     from app.testkit.upright_pages import upright_set
 
     side = engine_side()

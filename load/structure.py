@@ -53,7 +53,7 @@ def cost() -> dict:
     from PIL import Image
 
     from app.structure.deployment import StructureReader
-    from app.structure.settings import StructureSettings
+    from app.settings.structure import StructureSettings
 
     reader = StructureReader(StructureSettings(threads=1))
     rows = {"layout": [], "tables": [], "tables_on_table_pages": []}

@@ -72,13 +72,13 @@ def main(argv: list[str]) -> int:
 def decode_a_page():
     """What a decoder is for still works under all of it: a PDF's page rendered, a PNG decoded."""
     from app.config import DecodeLimits
-    from app.pipeline.page_size import Target
+    from app.page_size import InputBudget
     from app.sandbox.documents import iter_pages
     from app.synthetic import pdf_bytes, png_bytes, render_text_page
 
     page = render_text_page(["Confined"])
-    pdf = list(iter_pages(pdf_bytes([page], 100), "application/pdf", None, DecodeLimits(), Target(2000, 4_000_000)))
-    png = list(iter_pages(png_bytes(page), "image/png", None, DecodeLimits(), Target(2000, 4_000_000)))
+    pdf = list(iter_pages(pdf_bytes([page], 100), "application/pdf", None, DecodeLimits(), InputBudget(2000, 4_000_000)))
+    png = list(iter_pages(png_bytes(page), "image/png", None, DecodeLimits(), InputBudget(2000, 4_000_000)))
     return (len(pdf), len(png))
 
 

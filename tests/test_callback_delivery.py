@@ -16,7 +16,7 @@ from app.errors import BadRequest
 from app.jobs.callback_policy import AddressRefused, Target, allowed_target, checked_address
 from app.jobs.callbacks import CallbackSender
 from app.jobs.model import SUCCEEDED, Job
-from app.jobs.settings import Callbacks
+from app.settings.jobs import Callbacks
 from app.ops.secrets import SecretFileError
 
 

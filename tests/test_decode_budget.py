@@ -10,8 +10,8 @@ import asyncio
 from app.errors import UnprocessableDocument
 from app.jobs.model import Job
 from app.jobs.rendering import TurnRenderer
-from app.jobs.settings import Jobs
-from app.jobs.store import open_store
+from app.settings.jobs import Jobs
+from app.jobs.stores import open_store
 from app.jobs.turns import DecodeBudget, DecodeCharge, PageFailure
 from app.schemas import PagePayload
 

@@ -10,8 +10,8 @@ from PIL import Image
 
 from app.config import Limits
 from app.sandbox.documents import iter_pages, load_pages, sniff_kind
-from app.pipeline.page_selection import parse_page_spec
-from app.pipeline.page_size import Target, as_rgb, fit_to_budget
+from app.sandbox.page_selection import parse_page_spec
+from app.page_size import InputBudget, as_rgb, fit_to_budget
 from app.errors import BadRequest, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
 from tests.conftest import pdf_bytes, png_bytes
 
@@ -144,7 +144,7 @@ def text_block(size: tuple[int, int]) -> Image.Image:
 def test_a_large_jpeg_is_decoded_at_reduced_size_and_keeps_its_source_geometry():
     data = encoded(text_block((4000, 1000)), "JPEG", quality=95)
     [full] = load_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8))
-    [page] = iter_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8), Target(900, 10**8))
+    [page] = iter_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8), InputBudget(900, 10**8))
     assert full.image.size == full.source == (4000, 1000)
     assert page.image.size == (1000, 250)  # DCT scaling by 1/4: still at least 900 wide, the target
     assert page.source == (4000, 1000)  # boxes stay in the uploaded image's pixels
@@ -155,26 +155,26 @@ def test_reduced_jpeg_decode_reports_the_upright_source_size():
     exif = Image.Exif()
     exif[0x0112] = 6  # turned a quarter on display: the source is 1000 wide and 4000 high
     data = encoded(text_block((4000, 1000)), "JPEG", exif=exif)
-    [page] = iter_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8), Target(900, 10**8))
+    [page] = iter_pages(data, "image/jpeg", None, Limits(max_image_pixels=10**8), InputBudget(900, 10**8))
     assert page.image.size == (250, 1000) and page.source == (1000, 4000)
 
 
 def test_a_jpeg_that_needs_less_than_half_its_size_is_decoded_whole():
     data = encoded(text_block((1200, 300)), "JPEG")
-    [page] = iter_pages(data, "image/jpeg", None, LIMITS, Target(1000, 10**6))
+    [page] = iter_pages(data, "image/jpeg", None, LIMITS, InputBudget(1000, 10**6))
     assert page.image.size == page.source == (1200, 300) and page.source_size is None
 
 
 def test_a_pdf_page_renders_straight_at_the_target_size():
     pdf = pdf_bytes([text_block((1700, 2200))])  # 17 x 22 in at 100 dpi
     limits = Limits(pdf_dpi=150, max_pdf_page_pixels=50_000_000)
-    [page] = iter_pages(pdf, "application/pdf", None, limits, Target(2000, 2000 * 2000))
+    [page] = iter_pages(pdf, "application/pdf", None, limits, InputBudget(2000, 2000 * 2000))
     [whole] = load_pages(pdf, "application/pdf", None, limits)
     assert page.dpi == 150 and page.source == whole.image.size  # boxes in the page at 150 dpi, as before
     assert abs(page.source[0] - 2550) <= 1 and abs(page.source[1] - 3300) <= 1
     assert max(page.image.size) <= 2000 and max(page.image.size) >= 1995  # nothing left to resize
     assert fit_to_budget(page.image, 2000, 2000 * 2000)[1] == 1.0
-    [small] = iter_pages(pdf, "application/pdf", None, limits, Target(5000, 50_000_000))
+    [small] = iter_pages(pdf, "application/pdf", None, limits, InputBudget(5000, 50_000_000))
     assert small.image.size == small.source == whole.image.size and small.source_size is None
 
 
@@ -234,7 +234,7 @@ def test_the_job_runner_writes_page_specs_the_parser_reads_back(numbers, spec):
 def test_fit_to_budget_never_rounds_a_page_past_the_budget():
     """Rounding both sides up can overshoot max_pixels (the sandbox then refuses the page as a
     decoder fault: a devset receipt at Qwen's 1,003,520 pixels came out 60 pixels over)."""
-    target = Target(max_side=2048, max_pixels=1280 * 28 * 28)
+    target = InputBudget(max_side=2048, max_pixels=1280 * 28 * 28)
     over = []
     for width in range(1000, 1400, 7):
         for height in range(1400, 2200, 11):

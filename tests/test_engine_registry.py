@@ -46,9 +46,13 @@ def test_every_registered_engine_is_built_one_way_and_knows_its_budget(name, tmp
     assert budget.max_side > 0 and budget.max_pixels > 0
 
 
-def test_an_unknown_engine_is_refused_by_the_settings():
+def test_an_unknown_engine_or_one_without_its_model_is_refused_before_anything_is_built():
+    from app.serve.builder import build_app
+
     with pytest.raises(ValueError, match="engine must be one of"):
-        Settings(engine="nonesuch")
+        build_app({"engine": "nonesuch"})
+    with pytest.raises(ValueError, match="needs model_dir"):
+        build_app({"engine": "vllm"})
 
 
 def test_an_engine_of_ones_own_is_one_module_plus_its_settings():

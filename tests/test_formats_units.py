@@ -11,8 +11,8 @@ from app.config import DecodeLimits
 from app.engines.word_boxes import words_by_share, words_from_parts
 from app.formats.alto import render_alto
 from app.formats.hocr import render_hocr
-from app.formats.searchable_pdf import searchable_pdf
 from app.formats.validate import alto_schema
+from app.sandbox.searchable import write_searchable_pdf
 from app.synthetic import pdf_bytes, png_bytes, render_text_page
 from app.testkit.poppler import pdftotext, pdftotext_words
 
@@ -50,12 +50,12 @@ def blank_png(width=1000, height=200) -> bytes:
 def test_chinese_and_accented_words_read_back_as_written():
     words = [("Grundbuch", (50, 50, 250, 90)), ("Straße", (280, 50, 420, 90)), ("土地登记", (460, 50, 620, 90)),
              ("Ærø", (650, 50, 720, 90))]
-    pdf = searchable_pdf(blank_png(), "image/png", [page_result(words)], DecodeLimits())
+    pdf = write_searchable_pdf(blank_png(), "image/png", [page_result(words)], DecodeLimits())
     assert pdftotext(pdf).split() == ["Grundbuch", "Straße", "土地登记", "Ærø"]
 
 
 def test_touching_word_boxes_still_read_as_two_words():
-    pdf = searchable_pdf(blank_png(), "image/png", [page_result([("MASAI", (100, 50, 200, 80)),
+    pdf = write_searchable_pdf(blank_png(), "image/png", [page_result([("MASAI", (100, 50, 200, 80)),
                                                                   ("JOHOR", (200, 50, 300, 80))])], DecodeLimits())
     assert pdftotext(pdf).split() == ["MASAI", "JOHOR"]
     ((_, _, words),) = pdftotext_words(pdf)
@@ -64,7 +64,7 @@ def test_touching_word_boxes_still_read_as_two_words():
 
 def test_a_page_without_boxes_is_searchable_and_named_in_the_document_info():
     markdown_page = page_result([], text="# Title\n\nA paragraph of text\nwith two lines")
-    pdf = searchable_pdf(blank_png(), "image/png", [markdown_page], DecodeLimits())
+    pdf = write_searchable_pdf(blank_png(), "image/png", [markdown_page], DecodeLimits())
     assert pdftotext(pdf).split() == "# Title A paragraph of text with two lines".split()
     with pikepdf.open(io.BytesIO(pdf)) as opened:
         assert str(opened.docinfo["/OCRTextOnlyPages"]) == "1"
@@ -79,7 +79,7 @@ def test_a_page_without_boxes_is_searchable_and_named_in_the_document_info():
 def test_a_failed_page_keeps_its_image_without_text_and_is_listed():
     document = pdf_bytes([render_text_page(["first"]), render_text_page(["second"])])
     pages = [page_result([("first", (40, 40, 200, 100))]), {"page_number": 2, "error": {"code": "ocr_failed"}}]
-    pdf = searchable_pdf(document, "application/pdf", pages, DecodeLimits())
+    pdf = write_searchable_pdf(document, "application/pdf", pages, DecodeLimits())
     with pikepdf.open(io.BytesIO(pdf)) as opened:
         assert len(opened.pages) == 2 and str(opened.docinfo["/OCRFailedPages"]) == "2"
     assert pdftotext(pdf).split() == ["first"]
@@ -131,7 +131,7 @@ def test_boxes_past_the_page_edge_are_clipped_so_the_text_layer_stays_on_the_pag
     page = build_page_result(PageOCR(payload, EngineResult(lines=[line]), 1, 1))
     boxes = [page["blocks"][0]["bbox"]] + [w["bbox"] for w in page["blocks"][0]["words"]]
     assert all(0 <= y <= 39 for box in boxes for y in (box[1], box[3])), boxes
-    pdf = searchable_pdf(blank_png(400, 39), "image/png", [page], DecodeLimits())
+    pdf = write_searchable_pdf(blank_png(400, 39), "image/png", [page], DecodeLimits())
     assert pdftotext(pdf).split() == ["The", "problem"]
 
 
@@ -144,7 +144,7 @@ def test_a_pdf_its_owner_locked_stays_locked_and_searchable():
     locked = io.BytesIO()
     writer.write(locked)
     words = [("Owner", (40, 40, 200, 100)), ("locked", (230, 40, 400, 100))]
-    pdf = searchable_pdf(locked.getvalue(), "application/pdf", [page_result(words)], DecodeLimits())
+    pdf = write_searchable_pdf(locked.getvalue(), "application/pdf", [page_result(words)], DecodeLimits())
     assert pdftotext(pdf).split() == ["Owner", "locked"]
     with pikepdf.open(io.BytesIO(pdf)) as opened:
         assert opened.is_encrypted and not opened.allow.modify_other

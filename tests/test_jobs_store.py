@@ -13,11 +13,11 @@ import redis
 from app.config import Jobs, Settings
 from app.jobs.model import Job
 from app.jobs.sqlite_schema import ADDED_COLUMNS, SCHEMA
-from app.jobs.store import open_store
+from app.jobs.stores import open_store
 from app.errors import InsufficientStorage, QuotaExceeded
 from app.jobs.quotas import Admission
 from app.jobs.redis_store import RedisJobStore
-from app.jobs.settings import JobQuotas
+from app.settings.jobs import JobQuotas
 from app.jobs.store import DocumentLost
 from app.testkit.redis_server import redis_server
 from app.testkit.tmpfs import small_tmpfs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.pipeline.layout import Box, box_from_quad, page_markdown, page_text, paragraphs, reading_order
+from app.structure.layout import Box, box_from_quad, page_markdown, page_text, paragraphs, reading_order
 
 
 def box(x0, y0, text, width=100, height=20):

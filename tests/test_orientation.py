@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.errors import BadRequest
-from app.pipeline.layout import Box
+from app.structure.layout import Box
 from app.orientation.geometry import ANGLES, turn, turn_point, unturn_point
 from app.orientation.finder import MIN_SHARE
 from app.orientation.upright import Orienter, parse_mode

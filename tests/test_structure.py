@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.pipeline.layout import Box, paragraphs, reading_order
+from app.structure.layout import Box, paragraphs, reading_order
 from app.structure.markdown_blocks import markdown_blocks
 from app.structure.regions import Region, page_blocks
 from app.structure.tables import fill_cells, grid_from_tokens
@@ -128,7 +128,7 @@ def readers():
     from app.config import Settings
     from app.engines import build_engine
     from app.structure.deployment import StructureReader
-    from app.structure.settings import StructureSettings
+    from app.settings.structure import StructureSettings
 
     engine = build_engine(Settings(), threads=2)
     engine.load()

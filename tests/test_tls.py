@@ -186,8 +186,8 @@ def test_a_job_whose_document_redis_lost_fails_once_instead_of_being_claimed_for
     import uuid
 
     from app.jobs.model import Job
-    from app.jobs.settings import Jobs
-    from app.jobs.store import open_store
+    from app.settings.jobs import Jobs
+    from app.jobs.stores import open_store
     from app.testkit.jobs import wait_finished
 
     port_redis, password = fleet_redis

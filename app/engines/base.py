@@ -7,15 +7,8 @@ from typing import Optional, Protocol, runtime_checkable
 
 import numpy as np
 
+from app.page_size import InputBudget  # noqa: F401 (the engines' budget: one type with the decoders')
 from app.schemas import EngineResult
-
-
-@dataclass(frozen=True)
-class InputBudget:
-    """The largest page the engine takes; the preprocessor downsizes anything bigger."""
-
-    max_side: int
-    max_pixels: int
 
 
 @dataclass

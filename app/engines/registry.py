@@ -35,6 +35,19 @@ def engine_class(name: str) -> type:
     return getattr(importlib.import_module(module), attribute)
 
 
+# The engines that read from a model directory (the others bring their models in their wheels).
+NEEDS_MODEL_DIR = ("vlm", "vllm")
+
+
+def check_engine(settings: Settings) -> None:
+    """The settings name an engine that exists, with what it needs: refused before anything is deployed."""
+    module, _, attribute = settings.engine.partition(":")
+    if settings.engine not in ENGINES and not (module and attribute):
+        raise ValueError(f"engine must be one of {sorted(ENGINES)} or package.module:Class, not {settings.engine!r}")
+    if settings.engine in NEEDS_MODEL_DIR and not settings.model_dir:
+        raise ValueError(f"engine '{settings.engine}' needs model_dir: a local directory holding the model")
+
+
 def input_budget(settings: Settings) -> InputBudget:
     """Known without loading the model, so the CPU preprocessor can size pages for it."""
     return engine_class(settings.engine).budget(settings)

@@ -41,11 +41,10 @@ def strip_invisible_text(pdf: pikepdf.Pdf, page: pikepdf.Page) -> int:
     return removed
 
 
-def visible_text_boxes(document, page_number: int, size: tuple[int, int]) -> list:
+def visible_text_boxes(document, page_number: int, size: tuple[int, int], visible_lines) -> list:
     """Line boxes of the page's visible, mapped text, in pixels of the page at `size` (its dpi's);
-    `document` is the PDF opened once with PDFium for all its pages."""
-    from app.sandbox.pdf_text import visible_lines
-
+    `document` is the PDF opened once with PDFium for all its pages, `visible_lines` the decoder's reader
+    of a page's text (app/sandbox/pdf_text.py)."""
     page = document[page_number - 1]
     try:
         return [line.box for line in visible_lines(page, size)]

@@ -1,6 +1,7 @@
 """A searchable PDF: the document's own pages, each with an invisible text layer (app/formats/text_layer.py).
 
-Runs inside a decoder process (app/sandbox/worker.py, `searchable`), since it opens the client's file.
+Runs inside a decoder process (app/sandbox/searchable.py), since it opens the client's file; the decoder
+hands it what it reads of that file (`SourceDocument`), so that this module never imports the sandbox.
 - A PDF keeps its pages as they are (pikepdf, qpdf underneath): the old content is wrapped in q/Q and the
   layer drawn after it, so the page renders exactly as before. Its own text is never doubled
   (app/formats/existing_text.py): an earlier invisible OCR layer is replaced by ours, and no word of
@@ -15,7 +16,9 @@ A failed page of a partial job keeps its image with no text layer; the document 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from io import BytesIO
+from typing import Callable, Iterable
 
 import pikepdf
 
@@ -30,22 +33,33 @@ FONT_RESOURCE = "/FOCR"
 ASPECT_TOLERANCE = 0.01  # a page img2pdf made must have the decoded image's shape
 
 
-def searchable_pdf(data: bytes, declared_type: str | None, pages: list, limits) -> bytes:
-    """`pages`: the JSON page results, ascending page numbers, as the response has them."""
-    from app.sandbox.documents import sniff_kind
+@dataclass(frozen=True)
+class SourceDocument:
+    """The client's file, as the decoder process reads it."""
 
+    data: bytes
+    declared_type: str | None
+    is_pdf: bool
+    # The pages of a page selection ("1,3") as the decoder sees them (EXIF turn applied), as PIL images.
+    decoded_images: Callable[[str], Iterable]
+    # A PDFium page's visible, mapped text lines (each with .box), in pixels of the page at a size.
+    visible_lines: Callable[[object, tuple], list]
+
+
+def searchable_pdf(source: SourceDocument, pages: list) -> bytes:
+    """`pages`: the JSON page results, ascending page numbers, as the response has them."""
     layouts = page_layouts(pages)
     try:
-        is_pdf = sniff_kind(data, declared_type) == "pdf"
-        pdf = _from_pdf(data, layouts) if is_pdf else _from_image(data, declared_type, layouts, limits)
+        is_pdf = source.is_pdf
+        pdf = _from_pdf(source.data, layouts) if is_pdf else _from_image(source, layouts)
         font = glyphless_font(pdf)
-        own_text = _opened(data) if is_pdf else None  # PDFium reads the document's own text, once
+        own_text = _opened(source.data) if is_pdf else None  # PDFium reads the document's own text, once
         try:
             for page, layout in zip(pdf.pages, layouts):
                 if own_text is not None:
                     strip_invisible_text(pdf, page)
                     if not layout.failed:
-                        layout = _without_visible_text(own_text, layout)
+                        layout = _without_visible_text(own_text, layout, source.visible_lines)
                 if not layout.failed and (layout.lines or layout.text.strip()):
                     _add_layer(pdf, page, layout, font)
         finally:
@@ -73,9 +87,9 @@ def _opened(data: bytes):
     return pdfium.PdfDocument(data)
 
 
-def _without_visible_text(document, layout: PageLayout) -> PageLayout:
+def _without_visible_text(document, layout: PageLayout, visible_lines) -> PageLayout:
     """The page's words that its own visible text does not already hold."""
-    boxes = visible_text_boxes(document, layout.page_number, (layout.width, layout.height))
+    boxes = visible_text_boxes(document, layout.page_number, (layout.width, layout.height), visible_lines)
     if not boxes:
         return layout
     if not layout.boxed:  # text without positions would lie over the page's own text: leave the page be
@@ -93,28 +107,25 @@ def _keep_pages(pdf: pikepdf.Pdf, layouts: list) -> pikepdf.Pdf:
     return pdf
 
 
-def _from_image(data: bytes, declared_type, layouts: list, limits) -> pikepdf.Pdf:
+def _from_image(source: SourceDocument, layouts: list) -> pikepdf.Pdf:
     import img2pdf
 
     try:
-        pdf = _keep_pages(pikepdf.open(BytesIO(img2pdf.convert(data))), layouts)
+        pdf = _keep_pages(pikepdf.open(BytesIO(img2pdf.convert(source.data))), layouts)
         if len(pdf.pages) == len(layouts) and all(_same_shape(p, l) for p, l in zip(pdf.pages, layouts)):
             return pdf
     except Exception:  # noqa: BLE001 - whatever img2pdf refuses is embedded losslessly below
         pass
-    return _reencoded(data, declared_type, layouts, limits)
+    return _reencoded(source, layouts)
 
 
-def _reencoded(data: bytes, declared_type, layouts: list, limits) -> pikepdf.Pdf:
+def _reencoded(source: SourceDocument, layouts: list) -> pikepdf.Pdf:
     """The pages as the decoder sees them (EXIF turn applied), each embedded as lossless PNG."""
     import img2pdf
 
-    from app.sandbox.documents import iter_pages
-
     spec = ",".join(str(layout.page_number) for layout in layouts)
     images = []
-    for page, layout in zip(iter_pages(data, declared_type, spec, limits), layouts):
-        image = page.image
+    for image, layout in zip(source.decoded_images(spec), layouts):
         if image.mode not in ("1", "L", "RGB"):
             image = image.convert("RGB")
         png = BytesIO()

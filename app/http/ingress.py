@@ -24,7 +24,7 @@ from app import ui
 from app.http import error_boundary, openai_api
 from app.http.formatted import formatted
 from app.errors import RequestTimeout, ServiceUnavailable
-from app.jobs.routes import JobRoutes
+from app.http.job_routes import JobRoutes
 from app.ops import metrics
 from app.http.readiness import ReadinessCache, missing_stages, running_replicas
 from app.http.request_log import RequestLog, log_fields, stage_totals
@@ -230,7 +230,7 @@ class Ingress:
             self._inflight -= 1
         yield openai_api.DONE
 
-    # -- async jobs (app/jobs/routes.py): the store holds everything, so any replica answers --
+    # -- async jobs (app/http/job_routes.py): the store holds everything, so any replica answers --
 
     @api.post("/v1/jobs")
     async def submit_job(self, request: Request) -> JSONResponse:

@@ -15,7 +15,7 @@ from app.engines.fraktur import parse_lang
 from app.errors import BadRequest, PayloadTooLarge
 from app.orientation.upright import parse_mode
 from app.sandbox.pdf_text import parse_pdf_text
-from app.structure.settings import parse_structure
+from app.settings.structure import parse_structure
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from app.errors import BadRequest
-from app.jobs.settings import Callbacks
+from app.settings.jobs import Callbacks
 from app.ops.secrets import read_secret
 
 MAX_URL = 2048

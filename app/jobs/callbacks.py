@@ -32,7 +32,7 @@ import httpx
 from app.errors import BadRequest
 from app.jobs.callback_policy import AddressRefused, Secrets, Target, allowed_target, allowed_url, checked_address
 from app.jobs.model import CALLBACK_PENDING, Job, iso, job_tag, status_body
-from app.jobs.settings import Callbacks
+from app.settings.jobs import Callbacks
 
 __all__ = ["CallbackSender", "allowed_url", "signature"]
 logger = logging.getLogger("ray.serve")

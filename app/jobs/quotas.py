@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import InsufficientStorage, QuotaExceeded
-from app.jobs.settings import JobQuotas
+from app.settings.jobs import JobQuotas
 
 QUOTA_NAMES = ("max_queued_jobs", "max_queued_pages", "max_stored_bytes")
 _WHAT = {"max_queued_jobs": "unfinished jobs", "max_queued_pages": "pages in unfinished jobs",

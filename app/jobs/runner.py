@@ -39,7 +39,8 @@ from app.config import Jobs
 from app.errors import InsufficientStorage, to_error
 from app.jobs.callbacks import CallbackSender
 from app.jobs.model import FAILED, Job, final_status, job_tag
-from app.jobs.store import DocumentLost, open_store
+from app.jobs.store import DocumentLost
+from app.jobs.stores import open_store
 from app.jobs.rendering import TurnRenderer
 from app.jobs.turns import DecodeBudget, DecodeCharge, DocumentCache, PageFailure
 from app.pipeline.page_pipeline import EngineIdentity, Stages, read_page

@@ -15,7 +15,7 @@ from typing import Optional
 import ray
 
 from app.jobs.model import Job
-from app.jobs.settings import Jobs
+from app.settings.jobs import Jobs
 
 
 @dataclass

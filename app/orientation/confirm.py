@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.orientation.geometry import turn
-from app.pipeline.page_size import as_rgb
+from app.page_size import as_rgb
 
 VOTING_LINES = 10  # the longest lines asked
 LINE_ASPECT = 2.0  # a box this many times longer than wide is a line with an axis

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.orientation.axis import ink_bands
-from app.pipeline.page_size import as_rgb
+from app.page_size import as_rgb
 
 READ_ASPECT = 5  # a detector line longer than this many heights is read in its first stretch only (the
 # recognizer's cost grows with the width it reads)

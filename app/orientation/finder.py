@@ -41,7 +41,7 @@ from app.orientation.axis import axis_from_blobs, axis_from_boxes, axis_from_gap
 from app.orientation.confirm import line_votes, verdict
 from app.orientation.crops import both_ways_up, box_crops, line_crops, strip_crops, usual_height_first
 from app.orientation.geometry import turn, turn_point
-from app.pipeline.page_size import as_rgb
+from app.page_size import as_rgb
 
 LOOK_SIDE = 1024  # the thumbnail the ink is measured on
 AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles the axis in the first look

@@ -21,7 +21,7 @@ from ray import serve
 from app.ops import metrics
 from app.pipeline.batching import Queued, batch_cost, record_batch_metrics
 from app.config import BatchConfig, Settings
-from app.pipeline.page_size import as_rgb
+from app.page_size import as_rgb
 from app.engines import build_engine, schedules_own_batches
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
 from app.schemas import PageOCR, PagePayload

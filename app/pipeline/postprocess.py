@@ -9,7 +9,7 @@ from typing import Optional
 from ray import serve
 
 from app.ops import metrics
-from app.pipeline.layout import box_from_quad
+from app.structure.layout import box_from_quad
 from app.orientation.geometry import unturn_point
 from app.schemas import PageOCR, PagePayload, PageStructure
 from app.structure.join import structured_blocks

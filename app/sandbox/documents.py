@@ -2,8 +2,8 @@
 
 Every way an upload can be wrong ends here as a typed 4xx error: empty, of an
 unsupported type, undecodable, too many pixels, too many pages, an encrypted or
-broken PDF, or a page selection that does not exist (app/pipeline/page_selection.py).
-The engine's size for a page is app/pipeline/page_size.py's.
+broken PDF, or a page selection that does not exist (app/sandbox/page_selection.py).
+The engine's size for a page is app/page_size.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import numpy as np
@@ -19,8 +18,9 @@ from PIL import ExifTags, Image, ImageOps
 
 from app.config import DecodeLimits
 from app.errors import BadRequest, OCRServiceError, PayloadTooLarge, UnprocessableDocument, UnsupportedMediaType
-from app.pipeline.page_selection import parse_page_spec
-from app.pipeline.page_size import Target
+from app.sandbox.decoded import DecodedPage
+from app.sandbox.page_selection import parse_page_spec
+from app.page_size import InputBudget
 
 _IMAGE_MAGIC = (
     b"\x89PNG\r\n\x1a\n",
@@ -32,35 +32,6 @@ _IMAGE_MAGIC = (
     b"BM",
 )
 _ACCEPTED_DECLARED = ("image/", "application/pdf", "application/octet-stream")
-
-
-@dataclass
-class DecodedPage:
-    # Upright: a Pillow image of mode L or RGB, or, for a rendered PDF page, HxWx3 uint8 RGB
-    # pixels as PDFium left them (Pillow's conversions in and out cost half a render).
-    content: Image.Image | np.ndarray
-    page_number: int  # 1-based
-    dpi: Optional[float] = None  # a PDF page's resolution: the coordinate space of its boxes
-    # The page as uploaded (a PDF page rendered at `dpi`), where the content was decoded or
-    # rendered smaller than that to fit the engine's budget; None when it is `size`.
-    source_size: Optional[tuple[int, int]] = None
-    text_layer: object = None  # a PDF page's LayerVerdict (app/sandbox/pdf_text.py); None: no text, or not asked
-
-    @property
-    def image(self) -> Image.Image:
-        if isinstance(self.content, np.ndarray):
-            return Image.fromarray(self.content, "RGB")
-        return self.content
-
-    @property
-    def size(self) -> tuple[int, int]:
-        if isinstance(self.content, np.ndarray):
-            return self.content.shape[1], self.content.shape[0]
-        return self.content.size
-
-    @property
-    def source(self) -> tuple[int, int]:
-        return self.source_size or self.size
 
 
 def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
@@ -85,7 +56,7 @@ def sniff_kind(data: bytes, declared_type: Optional[str]) -> str:
 
 
 def iter_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], limits: DecodeLimits,
-               target: Optional[Target] = None, pdf_text: str = "ocr") -> Iterator[DecodedPage]:
+               target: Optional[InputBudget] = None, pdf_text: str = "ocr") -> Iterator[DecodedPage]:
     """Pages in document order, decoded one at a time; every check on the whole document runs first.
 
     With a `target`, a page larger than it is decoded or rendered at reduced size where that is
@@ -119,7 +90,7 @@ def load_pages(data: bytes, declared_type: Optional[str], pages: Optional[str], 
     return list(iter_pages(data, declared_type, pages, limits))
 
 
-def _decode_image(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[Target]) -> Iterator[DecodedPage]:
+def _decode_image(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[InputBudget]) -> Iterator[DecodedPage]:
     with _pillow_errors_as_4xx():
         img = Image.open(io.BytesIO(data))
         frames = getattr(img, "n_frames", 1)  # multi-page TIFF: one page per frame (counting can fail too)
@@ -143,7 +114,7 @@ def _upright_size(img: Image.Image) -> tuple[int, int]:
     return (height, width) if turned else (width, height)
 
 
-def _draft(img: Image.Image, target: Optional[Target]) -> bool:
+def _draft(img: Image.Image, target: Optional[InputBudget]) -> bool:
     """JPEG: let libjpeg decode at 1/2, 1/4 or 1/8 scale (DCT scaling) where the page would be
     shrunk at least that much anyway; the decoded image stays at least the target's size.
     True when the decoder will deliver a smaller image than the file's."""

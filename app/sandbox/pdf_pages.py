@@ -15,9 +15,9 @@ import pypdfium2 as pdfium
 
 from app.config import DecodeLimits
 from app.errors import OCRServiceError, UnprocessableDocument
-from app.pipeline.page_selection import parse_page_spec
-from app.pipeline.page_size import Target
-from app.sandbox.documents import DecodedPage
+from app.sandbox.page_selection import parse_page_spec
+from app.page_size import InputBudget
+from app.sandbox.decoded import DecodedPage
 from app.sandbox.pdf_text import read_layer
 
 # PDFium is not thread-safe, and the preprocessor decodes in worker threads.
@@ -37,7 +37,7 @@ def count_pdf_pages(data: bytes) -> int:
     return count
 
 
-def rasterise_pdf(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[Target],
+def rasterise_pdf(data: bytes, pages: Optional[str], limits: DecodeLimits, target: Optional[InputBudget],
                    pdf_text: str = "ocr") -> Iterator[DecodedPage]:
     with _PDFIUM_LOCK:
         pdf = _open_pdf(data)
@@ -80,7 +80,7 @@ def _pdfium_errors_as_4xx(what: str):
         raise UnprocessableDocument(f"{what} ({type(exc).__name__})", code="corrupt_pdf") from None
 
 
-def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, target: Optional[Target],
+def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, target: Optional[InputBudget],
                  pdf_text: str = "ocr") -> DecodedPage:
     with _pdfium_errors_as_4xx(f"PDF page {index + 1} could not be rendered"):
         page = pdf[index]
@@ -101,7 +101,7 @@ def _render_page(pdf: pdfium.PdfDocument, index: int, limits: DecodeLimits, targ
                            text_layer=layer)
 
 
-def _render_scale(width_pt: float, height_pt: float, scale: float, target: Optional[Target]) -> float:
+def _render_scale(width_pt: float, height_pt: float, scale: float, target: Optional[InputBudget]) -> float:
     """PDFium renders at any resolution for the same cost per output pixel: render straight at
     the target's size rather than at `scale` and shrink. PDFium rounds sizes up, so the scale
     is nudged down until the rendered page is inside the target (no resize left to do)."""

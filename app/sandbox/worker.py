@@ -92,10 +92,10 @@ class Session:
 
     def open(self, header: dict, blob: bytes) -> dict:
         from app.sandbox.documents import iter_pages
-        from app.pipeline.page_size import Target
+        from app.page_size import InputBudget
 
         self.close()
-        target = Target(self._budget["max_side"], self._budget["max_pixels"])
+        target = InputBudget(self._budget["max_side"], self._budget["max_pixels"])
         limits = self._limits
         if header.get("max_pages"):  # a job's chunk: its pages were counted under jobs.max_pages
             limits = limits.model_copy(update={"max_pages": int(header["max_pages"])})
@@ -135,10 +135,10 @@ class Session:
         they are (PDFium rendered them at that size), any other image resized by Pillow."""
         import numpy as np
 
-        from app.pipeline.page_size import Target, fit_to_budget
+        from app.page_size import InputBudget, fit_to_budget
 
         max_side, max_pixels = self._budget["max_side"], self._budget["max_pixels"]
-        if isinstance(page.content, np.ndarray) and Target(max_side, max_pixels).scale(*page.size) >= 1.0:
+        if isinstance(page.content, np.ndarray) and InputBudget(max_side, max_pixels).scale(*page.size) >= 1.0:
             return page.size, "RGB", memoryview(np.ascontiguousarray(page.content)).cast("B")
         image, _ = fit_to_budget(page.image, max_side, max_pixels)
         return image.size, image.mode, image.tobytes()
@@ -153,12 +153,13 @@ class Session:
 
     def searchable(self, header: dict, blob: bytes) -> tuple[dict, bytes]:
         """The document as a searchable PDF, its text layer from the page results in the header."""
-        from app.formats.searchable_pdf import searchable_pdf
+        from app.sandbox.searchable import write_searchable_pdf
 
         self.close()
         split = int(header["pages_bytes"])  # the blob: the page results' JSON, then the document
         pages = json.loads(bytes(blob[:split]))
-        return {"type": "rendered"}, searchable_pdf(bytes(blob[split:]), header.get("content_type"), pages, self._limits)
+        return {"type": "rendered"}, write_searchable_pdf(bytes(blob[split:]), header.get("content_type"), pages,
+                                                        self._limits)
 
     def close(self) -> None:
         if self._pages is not None:

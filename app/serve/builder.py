@@ -14,7 +14,7 @@ import ray
 from ray.serve import Application
 
 from app.config import Settings
-from app.engines import input_budget
+from app.engines import check_engine, input_budget
 from app.http.ingress import Ingress
 from app.jobs.runner import JobRunner
 from app.pipeline.ocr_model import OCRModel
@@ -154,6 +154,7 @@ def runner_options(settings: Settings) -> dict:
 
 def build_app(args: dict | None = None) -> Application:
     settings = Settings.model_validate(args or {})
+    check_engine(settings)  # the engine registry is the only place that knows engine names
     if ray.is_initialized():
         wait_for_gpu_capacity(settings, lambda: ray.cluster_resources().get("GPU", 0.0))
     logs = {"logging_config": logging_config(settings)}

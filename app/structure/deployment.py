@@ -20,7 +20,7 @@ from ray import serve
 from app.ops import metrics
 from app.schemas import PagePayload, PageStructure
 from app.structure.gutters import in_columns
-from app.structure.settings import StructureSettings
+from app.settings.structure import StructureSettings
 from app.ops.replica import harden_process
 
 logger = logging.getLogger("ray.serve")

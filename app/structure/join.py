@@ -2,14 +2,14 @@
 
 The StructureModel's regions and cell boxes are in engine pixels of the upright page, like the engine's
 lines; here they become source pixels of the upright page (divided by the page's scale), where the
-lines already are (app/pipeline/layout.py's `box_from_quad`).
+lines already are (app/structure/layout.py's `box_from_quad`).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from app.pipeline.layout import Box, paragraphs, reading_order
+from app.structure.layout import Box, paragraphs, reading_order
 from app.schemas import PageStructure
 from app.structure.regions import Block, Region, page_blocks
 from app.structure.tables import Table, fill_cells, grid_from_tokens

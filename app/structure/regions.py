@@ -2,7 +2,7 @@
 
 Regions (the layout model's, app/structure/layout_model.py) set the reading order: regions first, by a
 recursive XY-cut of their boxes, then the lines inside each region by the line reader
-(app/pipeline/layout.py). The rules that keep this safe:
+(app/structure/layout.py). The rules that keep this safe:
 
 - no text is ever lost: every line belongs to exactly one block. A line outside every region falls back to
   a text block, and a page the model calls one figure (a receipt, a product photo) is read as lines alone,
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from app.pipeline.layout import Box, Line, paragraphs, reading_order
+from app.structure.layout import Box, Line, paragraphs, reading_order
 
 TEXT_TYPES = ("text", "reference", "figure_caption", "table_caption")
 KEPT_EMPTY = ("figure", "equation", "table")  # a region that means something without text of ours
@@ -25,7 +25,7 @@ _IN_REGION = 0.5  # a line belongs to a region holding at least this share of it
 _SAME_REGION = 0.5  # two regions overlapping this much (IoU) are one, the likelier kept
 _WHOLE_PAGE_FIGURE = 0.5  # a page whose figures hold this share of its lines is not a figure
 _ROWS_SHARED = 0.5  # blocks side by side sharing rows for this share of the smaller's lines are one
-_RUNNING_TEXT = 10.0  # a line this many times as long as it is high is running text (app/pipeline/layout.py)
+_RUNNING_TEXT = 10.0  # a line this many times as long as it is high is running text (app/structure/layout.py)
 _TITLE_PRINT = 1.5  # a header or footer of one or two lines this many median line heights tall is a title
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from app.pipeline.layout import escape_markdown, is_heading
+from app.structure.layout import escape_markdown, is_heading
 from app.structure.regions import Block
 
 _OUT_OF_BODY = ("header", "footer")

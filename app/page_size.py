@@ -1,4 +1,7 @@
-"""The size and form in which a page reaches the engine: within its input budget, as RGB. Pure."""
+"""The size and form in which a page reaches the engine: within its input budget, as RGB. Pure.
+
+At the bottom of the layers: the engines declare their budget in it, the decoders fit pages to it,
+the orientation step and the OCR replicas take pixels through `as_rgb`."""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ from PIL import Image
 
 
 @dataclass(frozen=True)
-class Target:
-    """The engine's input budget: a page is never decoded larger than it needs to be to fill it."""
+class InputBudget:
+    """The largest page the engine takes: a page is never decoded larger than it needs to be to fill it."""
 
     max_side: int
     max_pixels: int
@@ -38,10 +41,10 @@ def fit_to_budget(img: Image.Image, max_side: int, max_pixels: int) -> tuple[Ima
     filter over the last factor of at most 3 ("indistinguishable from fair resampling in most
     cases", Pillow's documentation)."""
     width, height = img.size
-    scale = Target(max_side, max_pixels).scale(width, height)
+    scale = InputBudget(max_side, max_pixels).scale(width, height)
     if scale >= 1.0:
         return img, 1.0
-    size = Target(max_side, max_pixels).fitted_size(width, height, scale)
+    size = InputBudget(max_side, max_pixels).fitted_size(width, height, scale)
     return img.resize(size, Image.Resampling.BILINEAR, reducing_gap=3.0), scale
 
 

@@ -36,7 +36,8 @@ from app.jobs.callbacks import allowed_url
 from app.jobs.events import job_events, last_event_id
 from app.jobs.model import Job, result_body, status_body
 from app.jobs.searchable import SearchableRenders
-from app.jobs.store import JobStore, admission, open_store
+from app.jobs.store import JobStore, admission
+from app.jobs.stores import open_store
 from app.http.proxy_guard import safe_request_id
 from app.http.uploads import query_flag, read_upload
 

@@ -1,0 +1,1 @@
+"""A page's structure: layout regions, tables' cells, reading order by regions (docs/architecture.md)."""
