@@ -32,7 +32,11 @@ class OCRServiceError(Exception):
         self.retry_after_s = retry_after_s
 
     def body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "retryable": self.retryable}}
+        return {"error": self.record()}
+
+    def record(self) -> dict:
+        """The error as a job's status or a failed page carries it (and as the HTTP body holds it)."""
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
 
     def __reduce__(self):
         # Keep code and retry hint when Ray pickles the exception between replicas.
@@ -122,6 +126,32 @@ class EngineFailure(OCRServiceError):
     """The engine raised on a page it had accepted: our fault, so a 500 that says so."""
 
     status, code = 500, "engine_failure"
+
+
+class JobFailure(OCRServiceError):
+    """Why a job, or one of its pages, ended without its text: recorded in the store, shown in the job's
+    status (`error`) and a failed page's `error` in its result. Never an HTTP answer of its own: the
+    job's routes answer 200 with the job, which carries it."""
+
+
+class JobDocumentLost(JobFailure):
+    code = "document_lost"  # the store lost the job's document (an evicting Redis)
+
+
+class TooManyFailedPages(JobFailure):
+    code = "too_many_failed_pages"  # more than jobs.max_page_error_rate of its pages failed
+
+
+class DecodeBudgetExceeded(JobFailure):
+    code = "decode_budget_exceeded"  # a page not read: the job spent its quotas.max_decode_s
+
+
+class JobExpired(JobFailure):
+    code = "job_expired"  # unfinished jobs.max_unfinished_age_s after its submit
+
+
+class PageNotProcessed(JobFailure):
+    code, retryable = "not_processed", True  # the job ended before this page: submitting again may read it
 
 
 def _ray_exceptions():

@@ -16,3 +16,34 @@ def test_a_clients_request_id_comes_back_in_the_error_body(client):
     response = client.get("/v1/jobs/nothing", headers={"X-Request-ID": "trace-4711"})
     check_error(response, 404, "job_not_found")
     assert response.json()["error"]["request_id"] == "trace-4711"
+
+
+def test_every_job_failure_is_in_the_taxonomy_and_nothing_builds_an_error_by_hand():
+    """A job's and a failed page's `error` come from app/errors.py's classes, as HTTP errors do: no module
+    of the service writes an error dict of its own (the decoder's wire frames name a taxonomy class)."""
+    import ast
+    from pathlib import Path
+
+    from app import errors
+
+    failures = [cls for cls in vars(errors).values()
+                if isinstance(cls, type) and issubclass(cls, errors.JobFailure) and cls is not errors.JobFailure]
+    codes = [cls.code for cls in failures]
+    assert sorted(codes) == ["decode_budget_exceeded", "document_lost", "job_expired", "not_processed",
+                             "too_many_failed_pages"]
+    for cls in failures:
+        assert set(cls("why").record()) == {"code", "message", "retryable"}
+    documented = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    assert all(f"`{code}`" in documented for code in codes)
+
+    by_hand = []
+    for path in Path(errors.__file__).parent.rglob("*.py"):
+        if path.name == "errors.py" and path.parent.name == "app":
+            continue  # the taxonomy itself
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict) and any(isinstance(key, ast.Constant) and key.value == "code"
+                                                  for key in node.keys):
+                keys = {key.value for key in node.keys if isinstance(key, ast.Constant)}
+                if "class" not in keys:  # the decoder's frames: {"type": "error", "class": ..., "code": ...}
+                    by_hand.append(f"{path.name}:{node.lineno}")
+    assert by_hand == [], f"error dicts built by hand: {by_hand}"

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
+from app.errors import PageNotProcessed
+
 QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELED = "queued", "running", "succeeded", "partial", "failed", "canceled"
 FINISHED = (SUCCEEDED, PARTIAL, FAILED, CANCELED)
 CALLBACK_PENDING = {"status": "pending", "attempts": 0}  # a finished job's callback before its first delivery
@@ -88,8 +90,7 @@ def result_body(job: Job, results: dict[int, dict]) -> dict:
     for index, number in enumerate(job.pages):
         entry = results.get(number)
         if entry is None:  # only a job that failed as a whole leaves pages unprocessed
-            entry = {"error": {"code": "not_processed", "message": "The job ended before this page.",
-                               "retryable": True}}
+            entry = {"error": PageNotProcessed("The job ended before this page.").record()}
         page = dict(entry.get("result") or {"page_number": number, "error": entry["error"]})
         page["index"] = index
         pages.append(page)

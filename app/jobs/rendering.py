@@ -73,4 +73,4 @@ class TurnRenderer:
             except Exception as exc:
                 error = to_error(exc, job.id)
             spent_ms += (time.monotonic() - asked) * 1000
-        return PageFailure(number, error.body()["error"], cost_ms=spent_ms)
+        return PageFailure(number, error.record(), cost_ms=spent_ms)

@@ -36,7 +36,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.ops import metrics
 from app.config import Jobs
-from app.errors import InsufficientStorage, to_error
+from app.errors import InsufficientStorage, JobDocumentLost, TooManyFailedPages, to_error
 from app.jobs.callbacks import CallbackSender
 from app.jobs.model import FAILED, Job, final_status, job_tag
 from app.jobs.store import DocumentLost
@@ -220,8 +220,7 @@ class JobRunner:
 
     async def _fail_lost_document(self, job: Job) -> None:
         """The store lost the document (an evicting Redis): the job fails once, instead of being claimed forever."""
-        error = {"code": "document_lost", "retryable": False,
-                 "message": "The job store lost this job's document; submit it again."}
+        error = JobDocumentLost("The job store lost this job's document; submit it again.").record()
         logger.error("job %s: its document is gone from the store; the job fails", job_tag(job.id))
         await asyncio.to_thread(self._store.finish, job.id, None, FAILED, self._jobs.ttl_s, error)
 
@@ -235,9 +234,9 @@ class JobRunner:
         status = final_status(total, current.failed, self._jobs.max_page_error_rate)
         error = None
         if status == FAILED:
-            error = {"code": "too_many_failed_pages", "retryable": False,
-                     "message": f"{current.failed} of {total} pages failed; a job may lose at most "
-                                f"jobs.max_page_error_rate={self._jobs.max_page_error_rate:g} of its pages."}
+            error = TooManyFailedPages(f"{current.failed} of {total} pages failed; a job may lose at most "
+                                       f"jobs.max_page_error_rate={self._jobs.max_page_error_rate:g} of its "
+                                       "pages.").record()
         engine = await self._engine_identity()
         if await asyncio.to_thread(self._store.finish, job.id, self._owner, status, self._jobs.ttl_s, error, engine):
             self.stats["finished"] += 1
@@ -268,7 +267,7 @@ class JobRunner:
         except Exception as exc:
             error = to_error(exc, job.id)
             logger.warning("job %s page %d failed: %s", job_tag(job.id), payload.page_number, error.code)
-            return None, error.body()["error"]
+            return None, error.record()
 
     def _count_retry(self) -> None:
         self.stats["page_retries"] += 1

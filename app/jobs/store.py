@@ -22,6 +22,7 @@ import abc
 import time
 from typing import Optional
 
+from app.errors import JobExpired
 from app.jobs.model import FAILED, Job
 from app.jobs.quotas import Admission
 
@@ -112,8 +113,8 @@ class JobStore(abc.ABC):
 
     def expire_unfinished(self, max_age_s: float, ttl_s: float) -> int:
         """Fail the jobs still unfinished `max_age_s` after their submit (jobs.max_unfinished_age_s)."""
-        error = {"code": "job_expired", "retryable": False,
-                 "message": f"The job did not finish within jobs.max_unfinished_age_s={max_age_s:g} s of its submit."}
+        error = JobExpired(f"The job did not finish within jobs.max_unfinished_age_s={max_age_s:g} s of its "
+                           "submit.").record()
         return sum(self.finish(job_id, None, FAILED, ttl_s, error)
                    for job_id in self.unfinished_created_before(time.time() - max_age_s))
 

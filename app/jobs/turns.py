@@ -14,6 +14,7 @@ from typing import Optional
 
 import ray
 
+from app.errors import DecodeBudgetExceeded
 from app.jobs.model import Job
 from app.settings.jobs import Jobs
 
@@ -89,6 +90,5 @@ class DecodeBudget:
 
     def over(self, job: Job, number: int) -> PageFailure:
         limit = self._jobs.quotas_for(job.client).max_decode_s
-        return PageFailure(number, {"code": "decode_budget_exceeded", "retryable": False,
-                                    "message": f"The job used more than its quotas.max_decode_s={limit:g} s of "
-                                               "decoding; this page was not read."})
+        return PageFailure(number, DecodeBudgetExceeded(f"The job used more than its quotas.max_decode_s={limit:g} s "
+                                                        "of decoding; this page was not read.").record())
