@@ -65,6 +65,15 @@ TEST_ARGS = {
 
 
 def pytest_collection_modifyitems(config, items):
+    """Each test in one tier, from what it starts (`pytest -m unit` runs the quick tier alone), and the
+    tests that start a Ray of their own first, before this session's exists."""
+    for item in items:
+        if item.get_closest_marker("own_cluster"):
+            item.add_marker(pytest.mark.system)
+        elif "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.service)
+        else:
+            item.add_marker(pytest.mark.unit)
     items.sort(key=lambda item: 0 if item.get_closest_marker("own_cluster") else 1)
 
 

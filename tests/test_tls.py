@@ -24,6 +24,8 @@ from app.http.auth import add_key
 from app.testkit.ports import free_port
 from app.testkit.waits import wait_for
 from app.testkit.local_runner import local_runner
+
+pytestmark = pytest.mark.own_cluster  # python -m app on https: a Ray instance of its own, as `make run` is
 from tests.conftest import TEST_LIMITS, png_bytes, render_text_page
 
 ROOT = Path(__file__).resolve().parent.parent
