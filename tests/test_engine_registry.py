@@ -97,3 +97,44 @@ def test_the_toy_engine_serves_through_the_whole_graph_over_http(service_url, cl
     assert body["engine"]["name"] == "toy" and body["engine"]["version"] == "toy-7"
     width, height = image.size
     assert body["pages"][0]["text"] == f"toy-7 500x{round(height * 500 / width)}"
+
+
+def test_the_optional_features_are_the_protocols_with_defaults_and_asked_directly():
+    """takes_lang, takes_generation, page_capacity, queue_stats, last_peak_memory_mib, shutdown: in
+    OCREngine with their defaults; every engine subclasses it; the OCR replica asks without getattr."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    from app.engines.base import OCREngine
+    from app.engines.registry import engine_class
+
+    for name in ENGINES:
+        module, _, attribute = ENGINES[name].partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attribute)
+        except ImportError:  # vLLM lives in its own environment (tests/test_vllm_engine.py builds it there)
+            continue
+        assert issubclass(cls, OCREngine), name
+    bare = engine_class("tests.toy_engine:ToyEngine").__mro__[-2]
+    assert bare is OCREngine
+    defaults = OCREngine.__new__(OCREngine)
+    assert (defaults.takes_lang, defaults.takes_generation, defaults.schedules_own_batches) == (False, False, False)
+    assert defaults.page_capacity is None and defaults.last_peak_memory_mib is None
+    assert defaults.queue_stats() is None and defaults.batch_limits() is None and defaults.shutdown() is None
+
+    class Stranger:  # an engine of one's own that forgot the base class
+        def __init__(self, settings, threads, gpu_share):
+            pass
+
+    import sys
+    import types
+
+    sys.modules["stranger_engine"] = types.SimpleNamespace(Stranger=Stranger)
+    try:
+        with pytest.raises(TypeError, match="must subclass"):
+            build_engine(Settings(engine="stranger_engine:Stranger"), threads=1)
+    finally:
+        del sys.modules["stranger_engine"]
+    replica = (Path(__file__).resolve().parents[1] / "app" / "pipeline" / "ocr_model.py").read_text()
+    assert not re.search(r"(getattr|hasattr)\(self\._engine", replica)

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from app.engines.base import EngineInfo, InputBudget
+from app.engines.base import EngineInfo, InputBudget, OCREngine
 from app.schemas import EngineResult
 
 
@@ -28,7 +28,7 @@ class ToyOptions(BaseModel):
     die_when: Optional[str] = None
 
 
-class ToyEngine:
+class ToyEngine(OCREngine):
     schedules_own_batches = True
 
     @classmethod
@@ -80,7 +80,7 @@ class BatchToyOptions(BaseModel):
     batch_limit: Optional[tuple[int, int]] = None  # (pages, pixels) the warm-up would have measured
 
 
-class BatchToyEngine:
+class BatchToyEngine(OCREngine):
     """A batch engine (gathered by @serve.batch) that breaks on one kind of page, as a real one may."""
 
     @classmethod

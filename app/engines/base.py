@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, runtime_checkable
+from typing import Optional
 
 import numpy as np
 
@@ -19,9 +19,10 @@ class EngineInfo:
     details: dict = field(default_factory=dict)
 
 
-@runtime_checkable
-class OCREngine(Protocol):
-    """Built as `Engine(settings, threads=..., gpu_share=...)` (app/engines/registry.py).
+class OCREngine:
+    """What every engine is: built as `Engine(settings, threads=..., gpu_share=...)` (app/engines/registry.py)
+    from a subclass of this class, which holds the defaults of the optional features, so that the OCR
+    replica asks an engine for each of them directly, never with getattr.
 
     An engine that schedules its own batches sets `schedules_own_batches = True` and also
     implements `async infer_page(page) -> EngineResult`: the OCR replica then hands it each
@@ -29,14 +30,21 @@ class OCREngine(Protocol):
 
     An engine that honours a request's generation knobs (`Generation`, app/schemas.py: the
     OpenAI API's max_tokens...) sets `takes_generation = True`; it is then called as
-    `infer(pages, generation=[...])`, or `infer_page(page, generation)`.
+    `infer(pages, generation=[...])`, or `infer_page(page, generation)`. One that reads a
+    request's script hint (`lang`) sets `takes_lang = True` and is called as `infer(pages, langs=[...])`.
     """
 
     info: EngineInfo
+    schedules_own_batches: bool = False
+    takes_generation: bool = False
+    takes_lang: bool = False
+    page_capacity: Optional[int] = None  # pages one replica holds at once, where the engine batches itself
+    last_peak_memory_mib: Optional[float] = None  # the last batch's peak GPU memory, where it is measured
 
     @classmethod
     def budget(cls, settings) -> InputBudget:
         """The largest page the engine takes, known without loading it (the Preprocessor sizes pages by it)."""
+        raise NotImplementedError
 
     def load(self) -> None:
         """Load weights from local disk only. Raise with a clear message if they are missing."""
@@ -46,9 +54,18 @@ class OCREngine(Protocol):
 
     def infer(self, pages: list[np.ndarray]) -> list[EngineResult]:
         """OCR a batch of RGB (H, W, 3) uint8 pages; one result per page, in input order."""
+        raise NotImplementedError
 
     def batch_limits(self) -> Optional[tuple[int, int]]:
         """(pages, pixels) the device can hold in one batch, as measured at warm-up; None: no limit."""
+        return None
 
     def check_health(self) -> None:
         """Raise if the engine or its device can no longer serve."""
+
+    def queue_stats(self) -> Optional[dict]:
+        """{"running", "waiting"} pages inside an engine that schedules itself; None: it keeps no queue."""
+        return None
+
+    def shutdown(self) -> None:
+        """Stop what the engine started beyond this process (vLLM's engine core); called once, at the end."""

@@ -7,13 +7,13 @@ from typing import Optional
 
 import numpy as np
 
-from app.engines.base import EngineInfo, InputBudget
+from app.engines.base import EngineInfo, InputBudget, OCREngine
 from app.schemas import EngineResult
 
 NOTE = "engine null: the pipeline was measured, no text was read"
 
 
-class NullEngine:
+class NullEngine(OCREngine):
     # The bundled engine's budget, so that the CPU stages do the same work as for ppocr.
     input_budget = InputBudget(max_side=2000, max_pixels=2000 * 2000)
 

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget
+from app.engines.base import EngineInfo, InputBudget, OCREngine
 from app.engines.word_boxes import words_by_share, words_from_parts
 from app.schemas import EngineResult, TextLine
 from app.synthetic import render_text_page
@@ -37,7 +37,7 @@ REREAD_BELOW = 0.8  # a line read less confidently than this is read again, turn
 FLIP_MARGIN = 0.05  # the turned reading must be this much more confident to replace the first
 
 
-class PPOCREngine:
+class PPOCREngine(OCREngine):
     input_budget = InputBudget(max_side=MAX_SIDE, max_pixels=MAX_SIDE * MAX_SIDE)
 
     @classmethod

@@ -1,6 +1,7 @@
 """Which engines exist and how one is built: the only place that picks one.
 
-Every engine is a class with one constructor signature, `(settings, threads, gpu_share)`,
+Every engine is a subclass of `OCREngine` (base.py: the optional features' defaults) with one constructor
+signature, `(settings, threads, gpu_share)`,
 and a classmethod `budget(settings)` that the CPU Preprocessor reads without loading it.
 `settings.engine` names one of `ENGINES`, or gives an import path `package.module:Class`
 for an engine that lives elsewhere (its own options under `engine_options`): adding an
@@ -55,8 +56,12 @@ def input_budget(settings: Settings) -> InputBudget:
 
 def build_engine(settings: Settings, threads: int, gpu_share: float = 1.0) -> OCREngine:
     """gpu_share: this replica's fraction of its GPU (its num_gpus), the memory it may take."""
-    return engine_class(settings.engine)(settings, threads=threads, gpu_share=gpu_share)
+    cls = engine_class(settings.engine)
+    if not (isinstance(cls, type) and issubclass(cls, OCREngine)):
+        raise TypeError(f"engine {settings.engine!r} must subclass app.engines.base.OCREngine, which holds the "
+                        "defaults of the optional features")
+    return cls(settings, threads=threads, gpu_share=gpu_share)
 
 
 def schedules_own_batches(engine) -> bool:
-    return bool(getattr(engine, "schedules_own_batches", False))
+    return engine.schedules_own_batches

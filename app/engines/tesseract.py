@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget
+from app.engines.base import EngineInfo, InputBudget, OCREngine
 from app.engines.word_boxes import TextWord
 from app.schemas import EngineResult, TextLine
 from app.synthetic import render_text_page
@@ -106,7 +106,7 @@ def _lines(iterator) -> list[TextLine]:
             return lines
 
 
-class TesseractEngine:
+class TesseractEngine(OCREngine):
     """`engine: tesseract`: Tesseract alone, with `tesseract.model` (Fraktur by default)."""
 
     input_budget = InputBudget(max_side=MAX_SIDE, max_pixels=MAX_SIDE * MAX_SIDE)

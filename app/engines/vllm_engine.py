@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget
+from app.engines.base import EngineInfo, InputBudget, OCREngine
 from app.engines.page_result import page_result, same_token_run
 from app.engines.repetition import find_loop
 from app.engines.vllm_scheduler import SchedulerView
@@ -68,7 +68,7 @@ class EngineLoop:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
 
-class VLLMEngine:
+class VLLMEngine(OCREngine):
     schedules_own_batches = True
     takes_generation = True  # honours a request's Generation knobs (app/schemas.py)
     budget = staticmethod(settings_budget)

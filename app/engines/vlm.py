@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget
+from app.engines.base import EngineInfo, InputBudget, OCREngine
 from app.engines.page_result import generated_tokens, page_result
 from app.engines.vlm_device import (cap_gpu_memory, choose_dtype, free_device_memory, gpu_key, is_out_of_memory,
                                     one_probe_per_gpu, pick_device)
@@ -68,7 +68,7 @@ class RowSpec:
         return cls(cap=length + 1, min_tokens=length, forced_end=length, guarded=False)
 
 
-class VLMEngine:
+class VLMEngine(OCREngine):
     budget = staticmethod(settings_budget)
     takes_generation = True  # honours a request's Generation knobs (app/schemas.py)
 

@@ -47,8 +47,8 @@ class OCRModel:
         # An engine with its own scheduler (continuous batching) takes pages as they come.
         self._own_batches = schedules_own_batches(self._engine)
         # A generating engine honours a request's knobs (max_tokens...); PP-OCR writes no tokens.
-        self._takes_generation = getattr(self._engine, "takes_generation", False)
-        self._takes_lang = getattr(self._engine, "takes_lang", False)  # a request's script hint (ppocr)
+        self._takes_generation = self._engine.takes_generation
+        self._takes_lang = self._engine.takes_lang  # a request's script hint (ppocr)
         self._on_gpu = self._engine.info.device.startswith("cuda")
         self._gpu_id = assigned_gpu_id() if self._on_gpu else None  # NVML is asked about this GPU only
         self._config: Optional[BatchConfig] = None
@@ -234,7 +234,7 @@ class OCRModel:
         record_batch_metrics(self._engine.info.name, pages, outcomes, engine_ms, self._config.max_batch_pixels, gpu)
         fields = {"model": self._engine.info.version, "pages": len(pages),
                   "sizes": [f"{p.width}x{p.height}" for p in pages], "engine_ms": round(engine_ms, 1),
-                  "peak_gpu_mib": getattr(self._engine, "last_peak_memory_mib", None), "gpu": gpu,
+                  "peak_gpu_mib": self._engine.last_peak_memory_mib, "gpu": gpu,
                   "request_ids": sorted({p.request_id for p in pages})}
         logger.info("batch %s", " ".join(f"{key}={value}" for key, value in fields.items()), extra={"ocr": fields})
 
@@ -245,7 +245,7 @@ class OCRModel:
             "batching": self._config.model_dump(),
             "stats": self._stats,
             "gpu": gpu_snapshot(self._gpu_id),
-            "queue": self._engine.queue_stats() if hasattr(self._engine, "queue_stats") else None,
+            "queue": self._engine.queue_stats(),
             "placement": {
                 "replica": serve.get_replica_context().replica_id.unique_id,
                 "node_id": context.get_node_id(),
@@ -262,12 +262,12 @@ class OCRModel:
     def record_autoscaling_stats(self) -> dict:
         """For app/scaling/autoscaling.py: pages this replica takes at once, as clamped to its device, and
         once it has run a batch, its measured seconds per page."""
-        capacity = getattr(self._engine, "page_capacity", None)  # an engine that batches itself says how many
+        capacity = self._engine.page_capacity  # an engine that batches itself says how many
         if capacity is None:
             capacity = self._config.max_batch_size * self._config.max_concurrent_batches
         stats = {"batch_capacity": float(capacity)}
-        if hasattr(self._engine, "queue_stats"):  # vLLM's scheduler: what it runs, what waits inside it
-            queue = self._engine.queue_stats()
+        queue = self._engine.queue_stats()  # vLLM's scheduler: what it runs, what waits inside it
+        if queue is not None:
             stats.update(engine_running=float(queue["running"]), engine_waiting=float(queue["waiting"]))
         seconds_per_page = self._rate.seconds_per_page
         if seconds_per_page is not None:
@@ -281,9 +281,9 @@ class OCRModel:
             metrics.gpu_gauges(gpu_snapshot(self._gpu_id))
 
     def __del__(self):  # Serve calls this when the replica stops: an engine's own processes (vLLM's) go too
-        shutdown = getattr(getattr(self, "_engine", None), "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        engine = getattr(self, "_engine", None)  # None: the replica failed before its engine was built
+        if engine is not None:
+            engine.shutdown()
 
 
 def _read(page: PagePayload, result, batch_size: int, batch_pixels: int, wait_ms: float, decode_ms: float,
