@@ -47,3 +47,24 @@ def test_every_job_failure_is_in_the_taxonomy_and_nothing_builds_an_error_by_han
                 if "class" not in keys:  # the decoder's frames: {"type": "error", "class": ..., "code": ...}
                     by_hand.append(f"{path.name}:{node.lineno}")
     assert by_hand == [], f"error dicts built by hand: {by_hand}"
+
+
+def test_every_v1_route_answers_through_the_one_boundary():
+    """Each /v1 route of the ingress is wrapped by error_boundary.answering, and none answers an error by
+    hand (nor leaves one to FastAPI's handler, after which Starlette raises it again into Serve)."""
+    import ast
+    import inspect
+
+    from app.http import ingress
+
+    tree = ast.parse(inspect.getsource(ingress))
+    routes = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AsyncFunctionDef):
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if any(d.startswith("api.") and "'/v1/" in d for d in decorators):
+                routes[node.name] = (decorators, ast.unparse(node))
+    assert len(routes) >= 9
+    for name, (decorators, source) in routes.items():
+        assert any(d.startswith("error_boundary.answering(") for d in decorators), name
+        assert "failed(request" not in source, name  # no error answered by hand

@@ -9,7 +9,8 @@ the request (Serve's, so every deployment's log lines carry it).
 
 from __future__ import annotations
 
-from typing import Optional
+import functools
+from typing import Callable, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -44,6 +45,22 @@ def failed(request: Request, exc: BaseException) -> JSONResponse:
     error = to_error(exc, request_id)
     log_fields(request)["error"] = error.code  # into the request's one log line (app/http/request_log.py)
     return error_response(error, request_id)
+
+
+def answering(shape: Callable[[Request, BaseException], JSONResponse] = failed):
+    """A route's one error boundary: whatever the route raises is answered through `shape` (`failed`,
+    or the OpenAI API's body: app/http/openai_api.py), so no route catches errors by hand. (FastAPI's
+    own handler for Exception answers too, but Starlette raises the exception again after it, and
+    Serve then counts the request as the replica's failure.)"""
+    def wrap(route):
+        @functools.wraps(route)  # FastAPI reads the route's parameters through __wrapped__
+        async def guarded(self, request: Request, *args, **kwargs):
+            try:
+                return await route(self, request, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the boundary: every error becomes an answer
+                return shape(request, exc)
+        return guarded
+    return wrap
 
 
 def from_http_exception(exc: StarletteHTTPException) -> OCRServiceError:

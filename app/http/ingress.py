@@ -106,32 +106,31 @@ class Ingress:
         _keyring = KeyRing(settings.auth.api_keys_file) if settings.auth.api_keys_file else None
 
     @api.post("/v1/ocr")
+    @error_boundary.answering()
     async def ocr(self, request: Request) -> Response:
         started = time.perf_counter()
         request_id = _request_id(request)
-        try:
-            form = parse_format(request.query_params.get("format"))
-            page_images = query_flag(request, "page_images")
-            # The body first, under a deadline: a client that stalls mid-upload holds no
-            # admission slot, so stalled connections cannot turn good requests away.
-            limits = self._settings.limits
-            upload = await asyncio.wait_for(read_upload(request, limits.max_upload_bytes), limits.upload_read_timeout_s)
-            upload.page_images = page_images and form == "json"
-        except asyncio.TimeoutError:
-            return error_boundary.failed(request, self._upload_timeout())
-        except Exception as exc:
-            return error_boundary.failed(request, exc)
+        form = parse_format(request.query_params.get("format"))
+        page_images = query_flag(request, "page_images")
+        # The body first, under a deadline: a client that stalls mid-upload holds no
+        # admission slot, so stalled connections cannot turn good requests away.
+        limits = self._settings.limits
+        upload = await self._within_upload_deadline(read_upload(request, limits.max_upload_bytes))
+        upload.page_images = page_images and form == "json"
         if self._at_capacity():
-            return error_boundary.failed(request, self._overloaded())
+            raise self._overloaded()
         self._inflight += 1
         try:
             return await self._ocr_request(request, request_id, upload, started, form)
         finally:
             self._inflight -= 1
 
-    def _upload_timeout(self) -> RequestTimeout:
-        return RequestTimeout(f"The request body did not arrive within limits.upload_read_timeout_s="
-                              f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1)
+    async def _within_upload_deadline(self, reading):
+        try:
+            return await asyncio.wait_for(reading, self._settings.limits.upload_read_timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"The request body did not arrive within limits.upload_read_timeout_s="
+                                 f"{self._settings.limits.upload_read_timeout_s:g} s.", retry_after_s=1) from None
 
     def _at_capacity(self) -> bool:
         # Admission control: a bounded amount of work per replica; the rest is told to retry.
@@ -145,11 +144,8 @@ class Ingress:
         read_s = time.perf_counter() - started
         metrics.stage("read_upload", read_s)
         log_fields(request)["bytes"] = len(upload.data)
-        try:
-            pages = await self._reader.read(request_id, upload)
-            engine = await self._engine.get()
-        except Exception as exc:
-            return error_boundary.failed(request, exc)
+        pages = await self._reader.read(request_id, upload)
+        engine = await self._engine.get()
         total_s = time.perf_counter() - started
         metrics.stage("total", total_s)
         log_fields(request).update(pages=len(pages), engine=engine["name"], model_version=engine["version"],
@@ -161,39 +157,30 @@ class Ingress:
             "text": "\n\n".join(page["text"] for page in pages),
             "timings_ms": {"read_upload": round(read_s * 1000, 1), "total": round(total_s * 1000, 1)},
         }
-        try:  # Serve's proxy puts X-Request-ID on every answer
-            return await formatted(form, body, self._pre_config, request_id, upload.data, upload.content_type,
-                                   upload.filename)
-        except Exception as exc:
-            return error_boundary.failed(request, exc)
+        # Serve's proxy puts X-Request-ID on every answer
+        return await formatted(form, body, self._pre_config, request_id, upload.data, upload.content_type,
+                               upload.filename)
 
     # -- the OpenAI-compatible API (app/http/openai_api.py): the same pipeline, OpenAI's shapes --
 
     @api.get("/v1/models")
+    @error_boundary.answering(openai_api.failed)
     async def models(self, request: Request) -> JSONResponse:
-        try:
-            engine = await self._engine.get()
-        except Exception as exc:
-            return openai_api.failed(request, exc)
+        engine = await self._engine.get()
         return JSONResponse(openai_api.models_body(engine, self._started))
 
     @api.post("/v1/chat/completions")
+    @error_boundary.answering(openai_api.failed)
     async def chat_completions(self, request: Request):
         request_id = _request_id(request)
         limits = self._settings.limits
-        try:
-            body = await asyncio.wait_for(read_bounded(request, openai_api.body_limit(limits.max_upload_bytes)),
-                                          limits.upload_read_timeout_s)
-            chat, upload = await asyncio.to_thread(openai_api.parse_chat, body, limits.max_upload_bytes)
-            engine = await self._engine.get()
-            model = openai_api.check_model(chat.model, engine)
-            generation = chat.generation(self._engine.token_cap)
-        except asyncio.TimeoutError:
-            return openai_api.failed(request, self._upload_timeout())
-        except Exception as exc:
-            return openai_api.failed(request, exc)
+        body = await self._within_upload_deadline(read_bounded(request, openai_api.body_limit(limits.max_upload_bytes)))
+        chat, upload = await asyncio.to_thread(openai_api.parse_chat, body, limits.max_upload_bytes)
+        engine = await self._engine.get()
+        model = openai_api.check_model(chat.model, engine)
+        generation = chat.generation(self._engine.token_cap)
         if self._at_capacity():
-            return openai_api.failed(request, self._overloaded())
+            raise self._overloaded()
         completion_id, created = f"chatcmpl-{request_id}", openai_api.now()
         log_fields(request).update(bytes=len(upload.data), engine=engine["name"], api="openai")
         if chat.stream:
@@ -202,8 +189,6 @@ class Ingress:
         self._inflight += 1
         try:
             pages = await self._reader.read(request_id, upload, generation)
-        except Exception as exc:
-            return openai_api.failed(request, exc)
         finally:
             self._inflight -= 1
         log_fields(request)["pages"] = len(pages)
@@ -233,31 +218,29 @@ class Ingress:
     # -- async jobs (app/http/job_routes.py): the store holds everything, so any replica answers --
 
     @api.post("/v1/jobs")
+    @error_boundary.answering()
     async def submit_job(self, request: Request) -> JSONResponse:
-        return await self._job_call(request, self._jobs.submit)
+        return await self._jobs.submit(request, _request_id(request))
 
     @api.get("/v1/jobs/{job_id}")
+    @error_boundary.answering()
     async def job_status(self, request: Request, job_id: str) -> JSONResponse:
-        return await self._job_call(request, self._jobs.status, job_id)
+        return await self._jobs.status(request, _request_id(request), job_id)
 
     @api.get("/v1/jobs/{job_id}/result")
+    @error_boundary.answering()
     async def job_result(self, request: Request, job_id: str):
-        return await self._job_call(request, self._jobs.result, job_id)
+        return await self._jobs.result(request, _request_id(request), job_id)
 
     @api.get("/v1/jobs/{job_id}/events")
+    @error_boundary.answering()
     async def job_events(self, request: Request, job_id: str):
-        return await self._job_call(request, self._jobs.events, job_id)
+        return await self._jobs.events(request, _request_id(request), job_id)
 
     @api.delete("/v1/jobs/{job_id}")
+    @error_boundary.answering()
     async def delete_job(self, request: Request, job_id: str):
-        return await self._job_call(request, self._jobs.delete, job_id)
-
-    async def _job_call(self, request: Request, route, *args):
-        request_id = _request_id(request)
-        try:
-            return await route(request, request_id, *args)
-        except Exception as exc:
-            return error_boundary.failed(request, exc)
+        return await self._jobs.delete(request, _request_id(request), job_id)
 
     @api.get("/healthz")
     async def healthz(self) -> dict:
@@ -287,7 +270,8 @@ class Ingress:
         return {"replicas": replicas, "gpu": gpu}
 
     @api.get("/v1/info")
-    async def info(self) -> dict:
+    @error_boundary.answering()
+    async def info(self, request: Request) -> dict:
         try:
             engine, preprocess, sandbox = await asyncio.wait_for(
                 asyncio.gather(self._ocr.info.remote(), self._pre_config.config.remote(),
