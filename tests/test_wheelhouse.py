@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -78,5 +79,9 @@ def test_wheelhouse_installs_offline_and_runs_the_service(tmp_path):
     assert report["status"] == 200 and "wheelhouse install 77" in report["text"].lower()
     assert not any("structure" in note for note in report["notes"]), report["notes"]  # the models were taken out
     assert str(tmp_path / "venv") in report["app"]  # the installed wheel, not this checkout
+    [app_wheel] = wheelhouse.glob("offline_ocr_serve-*.whl")
+    shipped = zipfile.ZipFile(app_wheel).namelist()
+    assert "app/ui/static/ui.js" in shipped and "app/structure/__init__.py" in shipped
+    assert not [name for name in shipped if name.startswith("app/testkit/")]  # test helpers stay out
     print(f"wheelhouse {downloaded - started:.0f}s, offline install {installed - downloaded:.0f}s, "
           f"service answered {time.monotonic() - installed:.0f}s later")
