@@ -324,7 +324,7 @@ function showPage(index) {
 }
 
 function pageFacts(page) {
-  if (page.status === "failed") return "this page failed";
+  if (page.error) return `this page failed: ${page.error.message} (${page.error.code})`;  // a partial job's
   const turn = page.rotation ? `turned ${page.rotation}° clockwise to read` : "read as uploaded";
   const confidence = page.rotation_confidence == null ? "" : ` (confidence ${page.rotation_confidence.toFixed(2)})`;
   const source = page.text_source === "pdf_text" ? "; text from the PDF's own layer" : "";
