@@ -7,6 +7,8 @@ while sending almost nothing; a good /v1/ocr must still be answered.
 
 from __future__ import annotations
 
+from app.config import Settings
+from app.serve.builder import ingress_options
 from app.testkit.documents import numbered_pdf
 from load import soak_scenarios as soak
 from tests.conftest import TEST_ARGS
@@ -32,9 +34,16 @@ def test_170_stalled_job_uploads_of_400_mb_leave_room_for_a_good_request(service
                                   announced=400_000_000)
     print(report)
     assert report["good_status"] == 200 and report["good_correct"] and report["good_seconds"] < 30
-    # One client: its 4 uploads in progress wait out the idle deadline (408); the rest are refused at once.
-    assert report["stalled_answers"] == {"408": 4, "429": HOLDERS - 4}, report
-    assert report["stalled_codes"] == {"upload_timeout": 4, "quota_exceeded": HOLDERS - 4}
+    # One client: its 4 uploads in progress wait out the idle deadline (408); the rest are refused at once
+    # (429). In a loaded CI run Serve's proxy, not yet able to place a burst on the replica, answered 4 of
+    # the 170 with its own retryable 503 (plain text, so no code): allowed, within the proxy's queue
+    # bound, and never a hang or a 5xx of ours.
+    options = ingress_options(Settings.model_validate(TEST_ARGS))
+    answers = dict(report["stalled_answers"])
+    proxy_503 = answers.pop("503", 0)
+    assert answers == {"408": 4, "429": HOLDERS - 4 - proxy_503}, report
+    assert proxy_503 < options["max_queued_requests"], report
+    assert report["stalled_codes"] == {"upload_timeout": 4, "quota_exceeded": HOLDERS - 4 - proxy_503}
 
 
 def test_job_uploads_held_in_memory_are_capped_per_replica():
