@@ -50,7 +50,7 @@ def test_job_uploads_held_in_memory_are_capped_per_replica():
     import pytest
 
     from app.errors import ServiceUnavailable
-    from app.http.job_routes import ByteBudget
+    from app.http.job_slots import ByteBudget
 
     budget = ByteBudget(1000)
     with budget.reserve(600):

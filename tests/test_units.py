@@ -337,7 +337,7 @@ def test_searchable_renders_run_once_per_job_within_the_clients_upload_slots():
 
     from app.errors import QuotaExceeded
     from app.jobs.model import Job
-    from app.http.job_routes import ByteBudget, Holders
+    from app.http.job_slots import ByteBudget, Holders
     from app.jobs.searchable import SearchableRenders
 
     renders = SearchableRenders(Holders("job uploads", 16, "max_uploads"), ByteBudget(10**9), 10**8)

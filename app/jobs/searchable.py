@@ -52,7 +52,7 @@ class RenderedCache:
 
 class SearchableRenders:
     def __init__(self, uploads, buffered, cache_bytes: int):
-        self._uploads, self._buffered = uploads, buffered  # app/http/job_routes.py's Holders and ByteBudget
+        self._uploads, self._buffered = uploads, buffered  # app/http/job_slots.py's Holders and ByteBudget
         self._cache = RenderedCache(cache_bytes)
         self._locks: dict[str, asyncio.Lock] = {}
         self._users: Counter[str] = Counter()  # calls holding or waiting for each job's lock
