@@ -41,10 +41,10 @@ from app.jobs.callbacks import CallbackSender
 from app.jobs.model import FAILED, Job, final_status, job_tag
 from app.jobs.store import DocumentLost
 from app.jobs.stores import open_store
+from app.jobs.recording import record_page
 from app.jobs.rendering import TurnRenderer
 from app.jobs.turns import DecodeBudget, DecodeCharge, DocumentCache, PageFailure
 from app.pipeline.page_pipeline import EngineIdentity, Stages, read_page
-from app.pipeline.retry import backoff_s
 from app.schemas import PagePayload
 from app.ops.replica import harden_process
 
@@ -273,20 +273,8 @@ class JobRunner:
         self.stats["page_retries"] += 1
 
     async def _record(self, job_id: str, number: int, result: Optional[dict], error: Optional[dict]) -> None:
-        """Write a page's outcome; a store that blinks is tried again rather than losing the page."""
-        for attempt in range(6):
-            try:
-                if await asyncio.to_thread(self._store.record_page, job_id, number, result, error):
-                    metrics.inc("ocr_job_pages_total", outcome="failed" if error else "ok")
-                self._pause_s = 0.0
-                return
-            except InsufficientStorage:
-                raise  # no retry: the job stops and the runner pauses (see _pause_claims)
-            except Exception:
-                if attempt == 5:
-                    raise
-                logger.warning("job %s page %d: the store did not take the result; trying again", job_tag(job_id), number)
-                await asyncio.sleep(backoff_s(attempt))
+        await record_page(self._store, job_id, number, result, error)
+        self._pause_s = 0.0  # the store took it: claims need no pause
 
     async def _engine_identity(self) -> Optional[dict]:
         try:
