@@ -282,9 +282,8 @@ def additions_table(devset: list, rounds: int) -> dict:
     import numpy as np
 
     from app.config import Settings
-    from app.engines import input_budget
+    from app.engines import build_engine, input_budget
     from app.engines.fraktur import FrakturPass
-    from app.engines.ppocr import PPOCREngine
     from app.orientation.confirm import line_votes
     from app.orientation.geometry import turn
     from app.orientation.models import LineReader
@@ -297,7 +296,7 @@ def additions_table(devset: list, rounds: int) -> dict:
     pages = [as_rgb(np.asarray(fit_to_budget(page.image, budget.max_side, budget.max_pixels)[0]))
              for data, content_type in devset
              for page in iter_pages(data, content_type, None, settings.limits, target)]
-    engine = PPOCREngine(settings, threads=1)
+    engine = build_engine(settings, threads=1)
     engine.load()
     lines = [engine.infer([page], langs=["latin"])[0].lines for page in pages]  # untimed: the engine's own work
     fraktur = FrakturPass(settings.tesseract.tessdata_dir, threads=1)

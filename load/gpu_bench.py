@@ -268,12 +268,12 @@ def vllm_pages(model_dir: Path, device: str, repeats: int, batches: tuple, cap: 
     import asyncio
 
     from app.config import Settings
-    from app.engines.vllm_engine import VLLMEngine
+    from app.engines import build_engine
     from app.schemas import Generation
 
     options = {"verify_weights": "off", "max_tokens": 4096, "max_num_seqs": max(batches), "max_model_len": 4096,
                "dtype": "float32" if tiny else "auto", "enforce_eager": tiny}
-    engine = VLLMEngine(Settings(engine="vllm", model_dir=str(model_dir), vllm=options), threads=4)
+    engine = build_engine(Settings(engine="vllm", model_dir=str(model_dir), vllm=options), threads=4)
     began = time.perf_counter()
     engine.load()
     engine.warmup()

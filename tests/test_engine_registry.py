@@ -65,8 +65,9 @@ def test_an_engine_of_ones_own_is_one_module_plus_its_settings():
 def test_an_engine_that_schedules_its_own_batches_gets_every_page_as_it_comes(ray_session):
     """Eight pages at once reach the engine together, none waiting for a batch to form or end."""
     from app.pipeline.ocr_model import OCRModel
+    from app.pipeline.ocr_settings import OCRReplicaSettings
 
-    model = OCRModel.func_or_class(Settings(**TOY, warmup=False))
+    model = OCRModel.func_or_class(OCRReplicaSettings.of(Settings(**TOY, warmup=False)))
 
     async def eight():
         return await asyncio.gather(*(model.infer(payload(n, width=100 + n)) for n in range(8)))

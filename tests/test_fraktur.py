@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from app.config import Settings
+from app.engines import build_engine
 from app.engines.fraktur import Spelling, combine
 from app.engines.tesseract import TesseractEngine, WordList, tessdata_dir
 from app.schemas import TextLine
@@ -80,8 +81,8 @@ def test_the_chosen_word_keeps_ppocrs_punctuation(spelling):
 
 
 def test_the_tesseract_engine_reads_a_page_into_lines_and_words():
-    settings = Settings(tesseract={"model": "eng"})
-    engine = TesseractEngine(settings, threads=1)
+    engine = build_engine(Settings(engine="tesseract", tesseract={"model": "eng"}), threads=1)
+    assert isinstance(engine, TesseractEngine)
     engine.load()
     [result] = engine.infer([np.asarray(render_text_page(GERMAN_LINES))])
     assert [line.text for line in result.lines] == GERMAN_LINES
@@ -132,7 +133,8 @@ def test_a_job_keeps_the_requests_lang(client):
 def test_without_the_traineddata_the_engine_serves_and_a_deu_frak_page_says_why(tmp_path):
     from app.engines.ppocr import PPOCREngine
 
-    engine = PPOCREngine(Settings(tesseract={"tessdata_dir": str(tmp_path)}), threads=1)
+    engine = build_engine(Settings(tesseract={"tessdata_dir": str(tmp_path)}), threads=1)
+    assert isinstance(engine, PPOCREngine)
     engine.load()  # warns; does not fail
     page = np.asarray(render_text_page(GERMAN_LINES))
     [asked, auto] = engine.infer([page, page], langs=["deu-frak", "auto"])

@@ -79,3 +79,73 @@ def test_the_map_in_the_docs_is_the_contracts():
     docs = (ROOT / "docs" / "architecture.md").read_text()
     expected = rendered_layers(contract_layers())
     assert expected in docs, f"docs/architecture.md must hold the layers as pyproject.toml has them:\n{expected}"
+
+
+# --- each part given only its settings (issue 39.2) ----------------------------------------------
+
+def _is_deployment(node) -> bool:
+    """A class decorated with serve.deployment (bare or called)."""
+    import ast
+
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if ast.unparse(target) in ("serve.deployment", "deployment"):
+            return True
+    return False
+
+
+def constructors_given_settings(sources: dict[str, str]) -> list[str]:
+    """`module.Class.method(param)` for each deployment's or engine's constructor (and engine `budget`) with a
+    parameter annotated with the whole `Settings`, or named `settings` with no annotation to tell."""
+    import ast
+
+    found = []
+    for name, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            engine = any(ast.unparse(base).endswith("OCREngine") for base in node.bases)
+            if not (engine or _is_deployment(node)):
+                continue
+            for method in node.body:
+                if not (isinstance(method, ast.FunctionDef) and method.name in ("__init__", "budget")):
+                    continue
+                for arg in method.args.args + method.args.kwonlyargs:
+                    annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                    if re.search(r"(?<![\w.])Settings\b", annotation) or (arg.arg == "settings" and not annotation):
+                        found.append(f"{name}.{node.name}.{method.name}({arg.arg})")
+    return found
+
+
+def app_sources() -> dict[str, str]:
+    return {str(path.relative_to(ROOT)): path.read_text() for path in sorted((ROOT / "app").rglob("*.py"))}
+
+
+def test_no_deployment_or_engine_constructor_takes_the_whole_settings():
+    sources = app_sources()
+    assert sum("@serve.deployment" in text for text in sources.values()) >= 6  # the walk sees the deployments
+    assert constructors_given_settings(sources) == []
+    # The check finds what it is for: the OCR replica and an engine given the whole settings again.
+    planted = dict(sources)
+    replica = "app/pipeline/ocr_model.py"
+    planted[replica] = planted[replica].replace("settings: OCRReplicaSettings", "settings: Settings")
+    engine = "app/engines/null.py"
+    planted[engine] = planted[engine].replace("def __init__(self, options, runtime", "def __init__(self, settings, runtime")
+    assert constructors_given_settings(planted) == ["app/engines/null.py.NullEngine.__init__(settings)",
+                                                    "app/pipeline/ocr_model.py.OCRModel.__init__(settings)"]
+
+
+def test_every_engine_is_built_from_its_own_options_and_a_runtime():
+    import inspect
+
+    from app.engines.base import OCREngine
+    from app.engines.registry import ENGINES, engine_class
+
+    for name in ENGINES:
+        try:
+            cls = engine_class(name)
+        except ImportError:  # vLLM lives in its own environment
+            continue
+        assert issubclass(cls, OCREngine)
+        assert list(inspect.signature(cls.__init__).parameters) == ["self", "options", "runtime"], name
+        assert list(inspect.signature(cls.budget).parameters) == ["options", "model_dir"], name

@@ -82,14 +82,15 @@ def test_a_receipts_short_labels_and_amounts_stay_rows_even_when_they_fill_their
 def test_a_two_column_page_read_by_the_engine_comes_out_column_by_column():
     import numpy as np
 
-    from app.config import Settings
+    from app.engines.base import EngineRuntime
     from app.engines.ppocr import PPOCREngine
+    from app.settings.engines import TesseractOptions
     from app.synthetic import render_text_page
 
     left = [f"left column line {n} of running text" for n in range(1, 7)]
     right = [f"right column line {n} of running text" for n in range(1, 7)]
     page = render_text_page(left + right, width=1800, font_size=28, columns=2)  # the same baselines
-    engine = PPOCREngine(Settings(tesseract={"fraktur_pass": "off"}), threads=1)
+    engine = PPOCREngine(TesseractOptions(fraktur_pass="off"), EngineRuntime(threads=1))
     engine.load()
     [result] = engine.infer([np.asarray(page)])
     boxes = [box_from_quad(line.quad, 1.0, line.text, line.confidence) for line in result.lines]

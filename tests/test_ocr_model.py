@@ -21,8 +21,10 @@ def _session_ray(ray_session):
 
 def model(**engine_options):
     from app.pipeline.ocr_model import OCRModel
+    from app.pipeline.ocr_settings import OCRReplicaSettings
 
-    return OCRModel.func_or_class(Settings(engine=ENGINE, engine_options=engine_options, warmup=False))
+    return OCRModel.func_or_class(OCRReplicaSettings.of(Settings(engine=ENGINE, engine_options=engine_options,
+                                                                 warmup=False)))
 
 
 def page(number: int, width: int, image=None) -> PagePayload:

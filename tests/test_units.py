@@ -317,6 +317,7 @@ def test_the_ingress_has_request_slots_for_every_long_lived_kind_and_refuses_to_
 
     from app.config import Settings
     from app.http.ingress import check_request_slots
+    from app.http.ingress_settings import IngressSettings
     from app.serve.builder import ingress_options
 
     settings = Settings()
@@ -324,9 +325,10 @@ def test_the_ingress_has_request_slots_for_every_long_lived_kind_and_refuses_to_
     slots = ingress_options(settings)["max_ongoing_requests"]
     assert slots == settings.max_inflight_requests + settings.ingress_overflow_requests + jobs.max_uploads \
         + jobs.max_long_polls + jobs.max_event_streams
-    check_request_slots(slots, settings)
+    check_request_slots(slots, IngressSettings.of(settings))
     with pytest.raises(ValueError, match="max_event_streams"):
-        check_request_slots(settings.max_inflight_requests + settings.ingress_overflow_requests, settings)
+        check_request_slots(settings.max_inflight_requests + settings.ingress_overflow_requests,
+                            IngressSettings.of(settings))
 
 
 def test_searchable_renders_run_once_per_job_within_the_clients_upload_slots():

@@ -76,11 +76,12 @@ def test_max_model_len_stays_within_the_models_positions(tiny_qwen):
     """vLLM refuses to start past the model's positions: `make run-vllm` with the defaults (8192) on a
     checkpoint of 4096 positions must still serve."""
     from app.config import Settings
+    from app.engines.base import EngineRuntime
     from app.engines.vllm_engine import VLLMEngine
 
     def max_model_len(**vllm) -> int:
         settings = Settings(engine="vllm", model_dir=str(tiny_qwen), vllm={"verify_weights": "off", **vllm})
-        return VLLMEngine(settings, threads=1).engine_args()["max_model_len"]
+        return VLLMEngine(settings.vllm, EngineRuntime(model_dir=str(tiny_qwen), threads=1)).engine_args()["max_model_len"]
 
     assert max_model_len() == 4096  # the tiny model's max_position_embeddings, under the default 8192
     assert max_model_len(max_model_len=2048) == 2048

@@ -73,6 +73,7 @@ def tiny_got_engine(tmp_path_factory):
     from PIL import Image
 
     from app.config import Settings
+    from app.engines import build_engine
     from app.engines.vlm import VLMEngine
     from app.tools.tiny_vlm import build_got_ocr2
     from app.ops.weights import write_manifest
@@ -81,6 +82,7 @@ def tiny_got_engine(tmp_path_factory):
     write_manifest(model_dir)
     settings = Settings(engine="vlm", model_dir=str(model_dir), device="cpu",
                         vlm={"max_new_tokens": 16, "verify_weights": "size"})
-    engine = VLMEngine(settings, threads=1)
+    engine = build_engine(settings, threads=1)
+    assert isinstance(engine, VLMEngine)
     engine.load()
     return engine, Image.new("RGB", (400, 566), "white")

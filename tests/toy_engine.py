@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from app.engines.base import EngineInfo, InputBudget, OCREngine
+from app.engines.base import EngineInfo, EngineRuntime, InputBudget, OCREngine
 from app.schemas import EngineResult
 
 
@@ -32,13 +32,14 @@ class ToyEngine(OCREngine):
     schedules_own_batches = True
 
     @classmethod
-    def budget(cls, settings) -> InputBudget:
-        side = ToyOptions.model_validate(settings.engine_options).max_side
+    def budget(cls, options: dict, model_dir: Optional[str]) -> InputBudget:
+        side = ToyOptions.model_validate(options).max_side
         return InputBudget(max_side=side, max_pixels=side * side)
 
-    def __init__(self, settings, threads: int, gpu_share: float = 1.0):
-        self.options = ToyOptions.model_validate(settings.engine_options)
-        self.info = EngineInfo(name="toy", version=self.options.label, device="cpu", details={"threads": threads})
+    def __init__(self, options: dict, runtime: EngineRuntime):
+        self.options = ToyOptions.model_validate(options)
+        self.info = EngineInfo(name="toy", version=self.options.label, device="cpu",
+                               details={"threads": runtime.threads})
         self.in_flight = self.most_in_flight = 0
 
     def load(self) -> None:
@@ -84,11 +85,11 @@ class BatchToyEngine(OCREngine):
     """A batch engine (gathered by @serve.batch) that breaks on one kind of page, as a real one may."""
 
     @classmethod
-    def budget(cls, settings) -> InputBudget:
+    def budget(cls, options: dict, model_dir: Optional[str]) -> InputBudget:
         return InputBudget(max_side=2000, max_pixels=2000 * 2000)
 
-    def __init__(self, settings, threads: int, gpu_share: float = 1.0):
-        self.options = BatchToyOptions.model_validate(settings.engine_options)
+    def __init__(self, options: dict, runtime: EngineRuntime):
+        self.options = BatchToyOptions.model_validate(options)
         self.info = EngineInfo(name="batch-toy", version="1", device="cpu")
         self.calls: list[int] = []
 

@@ -33,6 +33,7 @@ def pages(count: int) -> list:
 
 def engines(model_dir: str, *, with_reference: bool):
     from app.config import Settings
+    from app.engines import build_engine
     from app.engines.vllm_engine import VLLMEngine
 
     settings = Settings(engine="vllm", model_dir=model_dir, warmup=False,
@@ -43,9 +44,11 @@ def engines(model_dir: str, *, with_reference: bool):
     if with_reference:
         from app.engines.vlm import VLMEngine
 
-        reference = VLMEngine(settings.model_copy(update={"engine": "vlm"}), threads=2)
+        reference = build_engine(settings.model_copy(update={"engine": "vlm"}), threads=2)
+        assert isinstance(reference, VLMEngine)
         reference.load()
-    engine = VLLMEngine(settings, threads=2)
+    engine = build_engine(settings, threads=2)
+    assert isinstance(engine, VLLMEngine)
     engine.load()
     engine.warmup()  # as the replica does
     return engine, reference

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
@@ -19,10 +19,33 @@ class EngineInfo:
     details: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class EngineRuntime:
+    """Where an engine runs, beside its own options: what the OCR replica hands every engine."""
+
+    model_dir: Optional[str] = None  # a local model directory (vlm, vllm; ppocr: its own ONNX files)
+    device: str = "auto"
+    threads: int = 1  # CPU threads the engine may use
+    gpu_share: float = 1.0  # this replica's fraction of its GPU (its num_gpus): the memory it may take
+    concurrent_batches: int = 1  # batches the replica runs at once (the vlm warm-up probes as many)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine an OCR replica builds, with the engine's own options (app/engines/registry.py makes it)."""
+
+    name: str  # a registered name, or package.module:Class
+    options: Any = None  # the engine's options (its `options_key` section of the settings, or engine_options)
+    model_dir: Optional[str] = None
+    device: str = "auto"
+
+
 class OCREngine:
-    """What every engine is: built as `Engine(settings, threads=..., gpu_share=...)` (app/engines/registry.py)
-    from a subclass of this class, which holds the defaults of the optional features, so that the OCR
-    replica asks an engine for each of them directly, never with getattr.
+    """What every engine is: built as `Engine(options, runtime)` (app/engines/registry.py) from a subclass of
+    this class, which holds the defaults of the optional features, so that the OCR replica asks an engine
+    for each of them directly, never with getattr. `options` is the engine's own section of the settings
+    (`options_key`: tesseract, vlm, vllm), or `engine_options` for an engine that lives elsewhere; `runtime`
+    is an `EngineRuntime`. No engine sees the service's whole settings.
 
     An engine that schedules its own batches sets `schedules_own_batches = True` and also
     implements `async infer_page(page) -> EngineResult`: the OCR replica then hands it each
@@ -35,14 +58,18 @@ class OCREngine:
     """
 
     info: EngineInfo
+    options_key: ClassVar[Optional[str]] = None  # the settings section of its options; None: engine_options
     schedules_own_batches: bool = False
     takes_generation: bool = False
     takes_lang: bool = False
     page_capacity: Optional[int] = None  # pages one replica holds at once, where the engine batches itself
     last_peak_memory_mib: Optional[float] = None  # the last batch's peak GPU memory, where it is measured
 
+    def __init__(self, options: Any, runtime: EngineRuntime):
+        raise NotImplementedError
+
     @classmethod
-    def budget(cls, settings) -> InputBudget:
+    def budget(cls, options: Any, model_dir: Optional[str]) -> InputBudget:
         """The largest page the engine takes, known without loading it (the Preprocessor sizes pages by it)."""
         raise NotImplementedError
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from app.engines.base import EngineInfo, InputBudget, OCREngine
+from app.engines.base import EngineInfo, EngineRuntime, InputBudget, OCREngine
 from app.schemas import EngineResult
 
 NOTE = "engine null: the pipeline was measured, no text was read"
@@ -18,11 +18,11 @@ class NullEngine(OCREngine):
     input_budget = InputBudget(max_side=2000, max_pixels=2000 * 2000)
 
     @classmethod
-    def budget(cls, settings) -> InputBudget:
+    def budget(cls, options, model_dir: Optional[str]) -> InputBudget:
         return cls.input_budget
 
-    def __init__(self, settings, threads: int, gpu_share: float = 1.0):
-        self.info = EngineInfo(name="null", version="0", device="cpu", details={"threads": threads})
+    def __init__(self, options, runtime: EngineRuntime):
+        self.info = EngineInfo(name="null", version="0", device="cpu", details={"threads": runtime.threads})
 
     def load(self) -> None:
         pass

@@ -23,8 +23,8 @@ from typing import Optional
 
 import numpy as np
 
-from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget, OCREngine
+from app.settings.engines import TesseractOptions
+from app.engines.base import EngineInfo, EngineRuntime, InputBudget, OCREngine
 from app.engines.word_boxes import words_by_share, words_from_parts
 from app.schemas import EngineResult, TextLine
 from app.synthetic import render_text_page
@@ -40,23 +40,25 @@ FLIP_MARGIN = 0.05  # the turned reading must be this much more confident to rep
 class PPOCREngine(OCREngine):
     input_budget = InputBudget(max_side=MAX_SIDE, max_pixels=MAX_SIDE * MAX_SIDE)
 
+    options_key = "tesseract"  # the Fraktur pass's Tesseract (app/engines/fraktur.py)
+
     @classmethod
-    def budget(cls, settings: Settings) -> InputBudget:
+    def budget(cls, options: TesseractOptions, model_dir: Optional[str]) -> InputBudget:
         return cls.input_budget
 
     takes_lang = True  # infer(pages, langs=[...]): a request's `lang` (app/engines/fraktur.py)
 
-    def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
+    def __init__(self, options: TesseractOptions, runtime: EngineRuntime):
         import rapidocr
         from rapidocr._version import __version__ as rapidocr_version
 
-        self._settings = settings
-        self._threads = threads
-        self._det_path, self._rec_path = self._model_paths(settings.model_dir, Path(rapidocr.__file__).parent)
+        self._options = options
+        self._threads = threads = runtime.threads
+        self._det_path, self._rec_path = self._model_paths(runtime.model_dir, Path(rapidocr.__file__).parent)
         self._ocr = None
         self._fraktur = None
         self._fraktur_missing = "tesseract.fraktur_pass is off"
-        if settings.device == "cuda":
+        if runtime.device == "cuda":
             logger.warning("ppocr runs on CPU through onnxruntime; device=cuda is ignored for this engine")
         self.info = EngineInfo(
             name="ppocr",
@@ -96,7 +98,7 @@ class PPOCREngine(OCREngine):
                 "EngineConfig.onnxruntime.inter_op_num_threads": 1,
             }
         )
-        if self._settings.tesseract.fraktur_pass == "on":
+        if self._options.fraktur_pass == "on":
             self._load_fraktur()
 
     def _load_fraktur(self) -> None:
@@ -104,7 +106,7 @@ class PPOCREngine(OCREngine):
         from app.engines.fraktur import FrakturPass
 
         try:
-            self._fraktur = FrakturPass(self._settings.tesseract.tessdata_dir, self._threads)
+            self._fraktur = FrakturPass(self._options.tessdata_dir, self._threads)
         except (ImportError, OSError, RuntimeError, subprocess.CalledProcessError) as exc:  # OSError: a file or tool missing
             self._fraktur_missing = ("the Fraktur pass is unavailable on this server (Tesseract or its traineddata "
                                      "are not installed): read by PP-OCR alone")

@@ -19,8 +19,8 @@ from typing import Optional
 
 import numpy as np
 
-from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget, OCREngine
+from app.settings.engines import TesseractOptions
+from app.engines.base import EngineInfo, EngineRuntime, InputBudget, OCREngine
 from app.engines.word_boxes import TextWord
 from app.schemas import EngineResult, TextLine
 from app.synthetic import render_text_page
@@ -110,17 +110,18 @@ class TesseractEngine(OCREngine):
     """`engine: tesseract`: Tesseract alone, with `tesseract.model` (Fraktur by default)."""
 
     input_budget = InputBudget(max_side=MAX_SIDE, max_pixels=MAX_SIDE * MAX_SIDE)
+    options_key = "tesseract"
 
     @classmethod
-    def budget(cls, settings: Settings) -> InputBudget:
+    def budget(cls, options: TesseractOptions, model_dir: Optional[str]) -> InputBudget:
         return cls.input_budget
 
-    def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
+    def __init__(self, options: TesseractOptions, runtime: EngineRuntime):
         import tesserocr
 
-        self._options = settings.tesseract
+        self._options = options
         self._tessdata = tessdata_dir(self._options.tessdata_dir)
-        self._threads = threads
+        self._threads = threads = runtime.threads
         self._reader = None
         self.info = EngineInfo(name="tesseract", version=f"tesserocr-{tesserocr.__version__}/{self._options.model}",
                                device="cpu", details={"threads": threads, "tessdata_dir": self._tessdata})

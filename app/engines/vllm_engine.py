@@ -26,8 +26,8 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
-from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget, OCREngine
+from app.settings.engines import VLLMOptions
+from app.engines.base import EngineInfo, EngineRuntime, InputBudget, OCREngine
 from app.engines.page_result import page_result, same_token_run
 from app.engines.repetition import find_loop
 from app.engines.vllm_scheduler import SchedulerView
@@ -46,9 +46,9 @@ GUARD_EVERY = 16  # tokens between two looks of the loop guard, as the vlm engin
 GUARD_TAIL = 400  # the tokens it reads
 
 
-def settings_budget(settings: Settings) -> InputBudget:
-    family = FAMILIES.get(family_name(settings.model_dir, settings.vllm.family))
-    return budget_for(family, settings.vllm.max_pixels)
+def options_budget(options: VLLMOptions, model_dir: Optional[str]) -> InputBudget:
+    family = FAMILIES.get(family_name(model_dir, options.family))
+    return budget_for(family, options.max_pixels)
 
 
 class EngineLoop:
@@ -71,18 +71,19 @@ class EngineLoop:
 class VLLMEngine(OCREngine):
     schedules_own_batches = True
     takes_generation = True  # honours a request's Generation knobs (app/schemas.py)
-    budget = staticmethod(settings_budget)
+    options_key = "vllm"
+    budget = staticmethod(options_budget)
 
-    def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
-        self._options = settings.vllm
-        self._dir = checked_model_dir(settings.model_dir, self._options.verify_weights)
+    def __init__(self, options: VLLMOptions, runtime: EngineRuntime):
+        self._options = options
+        self._dir = checked_model_dir(runtime.model_dir, self._options.verify_weights)
         self._family = family_for(self._dir, self._options.family, self._options.trust_remote_code,
                                   self._options.max_pixels)
         if self._family.name not in ("qwen2_vl", "qwen2_5_vl"):
             raise ValueError(f"the vllm engine serves the Qwen2/2.5-VL family here; {self._family.name} is not "
                              "wired yet (docs/engines.md says how other vLLM models are configured)")
         self.input_budget = self._family.budget
-        self._threads, self._gpu_share = threads, gpu_share
+        self._threads, self._gpu_share = runtime.threads, runtime.gpu_share
         self._prompt_text = self._options.prompt or self._family.default_prompt
         self._llm = None
         self._loop: Optional[EngineLoop] = None

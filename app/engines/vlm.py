@@ -19,8 +19,8 @@ from typing import Callable, Optional
 import numpy as np
 from PIL import Image
 
-from app.config import Settings
-from app.engines.base import EngineInfo, InputBudget, OCREngine
+from app.settings.engines import VLMOptions
+from app.engines.base import EngineInfo, EngineRuntime, InputBudget, OCREngine
 from app.engines.page_result import generated_tokens, page_result
 from app.engines.vlm_device import (cap_gpu_memory, choose_dtype, free_device_memory, gpu_key, is_out_of_memory,
                                     one_probe_per_gpu, pick_device)
@@ -36,10 +36,10 @@ for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_variable, "1")
 
 
-def settings_budget(settings: Settings) -> InputBudget:
+def options_budget(options: VLMOptions, model_dir: Optional[str]) -> InputBudget:
     """The pages' budget, known without loading the model (the Preprocessor sizes pages by it)."""
-    family = FAMILIES.get(family_name(settings.model_dir, settings.vlm.family))
-    return budget_for(family, settings.vlm.max_pixels)
+    family = FAMILIES.get(family_name(model_dir, options.family))
+    return budget_for(family, options.max_pixels)
 
 
 @dataclass(frozen=True)
@@ -69,25 +69,27 @@ class RowSpec:
 
 
 class VLMEngine(OCREngine):
-    budget = staticmethod(settings_budget)
+    options_key = "vlm"
+    budget = staticmethod(options_budget)
     takes_generation = True  # honours a request's Generation knobs (app/schemas.py)
 
-    def __init__(self, settings: Settings, threads: int, gpu_share: float = 1.0):
+    def __init__(self, options: VLMOptions, runtime: EngineRuntime):
         import torch
 
-        self._options = settings.vlm
-        self._dir = checked_model_dir(settings.model_dir, self._options.verify_weights)
+        self._options = options
+        self._dir = checked_model_dir(runtime.model_dir, self._options.verify_weights)
         self._family = family_for(self._dir, self._options.family, self._options.trust_remote_code,
                                   self._options.max_pixels)
         self.input_budget = self._family.budget
-        self._device = pick_device(settings.device)
+        self._device = pick_device(runtime.device)
         on_cuda = self._device == "cuda"
         dtype = choose_dtype(self._options.dtype, self._device, self._family.name, self._family.fp16_safe,
                              torch.cuda.get_device_capability(0) if on_cuda else None,
                              torch.cuda.get_device_name(0) if on_cuda else "CPU")
         self._dtype = getattr(torch, dtype)
-        self._threads, self._gpu_share = threads, gpu_share
-        self._concurrency = settings.batching.max_concurrent_batches  # batches the warm-up runs at once
+        threads = self._threads = runtime.threads
+        self._gpu_share = runtime.gpu_share
+        self._concurrency = runtime.concurrent_batches  # batches the warm-up runs at once
         self._prompt = self._options.prompt or self._family.default_prompt
         self._model = None
         self._batch_limits: Optional[tuple[int, int]] = None

@@ -18,11 +18,11 @@ from ray.serve.handle import DeploymentHandle
 
 from app import __version__
 from app.http.auth import APIKeyMiddleware, KeyRing
-from app.config import Settings
 from app.formats import parse_format
 from app import ui
 from app.http import error_boundary, openai_api
 from app.http.formatted import formatted
+from app.http.ingress_settings import IngressSettings
 from app.errors import RequestTimeout, ServiceUnavailable
 from app.http.job_routes import JobRoutes
 from app.ops import metrics
@@ -47,19 +47,7 @@ api.add_middleware(RequestLog)  # added last: outermost, so it sees 401s too
 error_boundary.install(api)
 
 
-def public_settings(settings: Settings) -> dict:
-    """The settings for any key holder: where secrets and strangers' documents live is told as set or not.
-    A store URL may carry a host, port or (against the docs) a password; its kind is enough here."""
-    public = settings.model_dump()
-    jobs, auth = public["jobs"], public["auth"]
-    jobs["store"] = jobs["store"].split(":", 1)[0] if jobs["store"] else None
-    for section, name in ((jobs, "redis_password_file"), (jobs, "redis_ca_file"), (auth, "api_keys_file")):
-        if name in section:
-            section[name] = "set" if section[name] else None
-    return public
-
-
-def check_request_slots(max_ongoing_requests: int, settings: Settings) -> None:
+def check_request_slots(max_ongoing_requests: int, settings: IngressSettings) -> None:
     """At start-up: the replica's request slots hold what its limits let it hold at once, or the long-lived
     requests (uploads, long-polls, event streams) would take the slots /v1/ocr needs."""
     needed = settings.max_inflight_requests + settings.jobs.long_lived_slots
@@ -80,7 +68,7 @@ def _request_id(request: Request) -> str:
 class Ingress:
     def __init__(
         self,
-        settings: Settings,
+        settings: IngressSettings,
         preprocessor: DeploymentHandle,
         ocr_model: DeploymentHandle,
         postprocessor: DeploymentHandle,
@@ -89,7 +77,7 @@ class Ingress:
     ):
         harden_process()  # first: nothing below may leave a secret readable through /proc
         self._settings = settings
-        stages = Stages(ocr_model, postprocessor, structure, settings.structure.mode)
+        stages = Stages(ocr_model, postprocessor, structure, settings.structure_mode)
         self._reader = DocumentReader(preprocessor, stages, settings.page_retries)
         self._pre_config = preprocessor
         self._jobs = JobRoutes(settings.jobs, preprocessor, job_runner)
@@ -101,9 +89,9 @@ class Ingress:
         context = serve.get_replica_context()
         self._app_name = context.app_name
         check_request_slots(context._deployment_config.max_ongoing_requests, settings)
-        self._readiness = ReadinessCache(self._fetch_readiness, settings.readiness.refresh_s)
+        self._readiness = ReadinessCache(self._fetch_readiness, settings.readiness_refresh_s)
         global _keyring
-        _keyring = KeyRing(settings.auth.api_keys_file) if settings.auth.api_keys_file else None
+        _keyring = KeyRing(settings.api_keys_file) if settings.api_keys_file else None
 
     @api.post("/v1/ocr")
     @error_boundary.answering()
@@ -284,6 +272,6 @@ class Ingress:
             "engine": engine,
             "preprocess": preprocess,  # one Preprocessor replica's user_config in force
             "sandbox": sandbox,  # and what guards its secrets (app/sandbox/confine.py)
-            "settings": public_settings(self._settings),
+            "settings": self._settings.public,
         }
 

@@ -9,7 +9,7 @@ import time
 from typing import Optional
 
 from app.ops import metrics
-from app.schemas import PagePayload
+from app.schemas import PageOCR, PagePayload
 
 
 def batch_cost(pages: list, max_batch_size: int, max_batch_pixels: int) -> int:
@@ -57,3 +57,11 @@ def record_batch_metrics(engine: str, pages: list[PagePayload], outcomes: list, 
     metrics.observe("ocr_batch_pages", len(pages))
     metrics.observe("ocr_batch_fill_ratio", min(1.0, sum(p.pixels for p in pages) / max_batch_pixels))
     metrics.gpu_gauges(gpu)
+
+
+def read_outcome(page: PagePayload, result, batch_size: int, batch_pixels: int, wait_ms: float, decode_ms: float,
+                 engine_ms: float) -> PageOCR:
+    """What the OCR replica hands on for a page it read; the image is not needed downstream."""
+    return PageOCR(page=dataclasses.replace(page, image=None), result=result, batch_size=batch_size,
+                   batch_pixels=batch_pixels, timings_ms={"queue_wait": wait_ms, "ocr_decode": round(decode_ms, 1),
+                                                          "engine_batch": round(engine_ms, 1)})

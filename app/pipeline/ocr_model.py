@@ -19,11 +19,12 @@ import ray
 from ray import serve
 
 from app.ops import metrics
-from app.pipeline.batching import Queued, batch_cost, record_batch_metrics
-from app.config import BatchConfig, Settings
+from app.pipeline.batching import Queued, batch_cost, read_outcome, record_batch_metrics
+from app.config import BatchConfig
 from app.page_size import as_rgb
 from app.engines import build_engine, schedules_own_batches
 from app.errors import EngineFailure, OCRServiceError, UnprocessableDocument
+from app.pipeline.ocr_settings import OCRReplicaSettings
 from app.schemas import PageOCR, PagePayload
 from app.pipeline.service_rate import METRIC as SECONDS_PER_PAGE
 from app.pipeline.service_rate import ServiceRate
@@ -35,10 +36,11 @@ logger = logging.getLogger("ray.serve")
 
 @serve.deployment  # its options: app/serve/builder.py (defaults) and serve_config.yaml (the fleet)
 class OCRModel:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: OCRReplicaSettings):
         harden_process()  # first: nothing below may leave a secret readable through /proc
         threads = settings.engine_threads or max(1, math.ceil(replica_share("CPU", 1.0)))
-        self._engine = build_engine(settings, threads=threads, gpu_share=min(1.0, replica_share("GPU", 1.0) or 1.0))
+        self._engine = build_engine(settings.engine, threads=threads, gpu_share=min(1.0, replica_share("GPU", 1.0) or 1.0),
+                                    concurrent_batches=settings.batching.max_concurrent_batches)
         start = time.perf_counter()
         self._engine.load()
         if settings.warmup:
@@ -59,8 +61,8 @@ class OCRModel:
         # replica's seconds per page over them (for the service_rate autoscaling policy).
         self._rate = ServiceRate()
         self._trimming: Optional[asyncio.Future] = None  # the heap trim after a batch, off the pages' path
-        if settings.ocr_autoscaling:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
-            metrics.set_gauge("ocr_replicas_max", settings.ocr_autoscaling.max_replicas)
+        if settings.max_replicas:  # for the OCRReplicasAtMax alert (cluster/observability/alerts.yml)
+            metrics.set_gauge("ocr_replicas_max", settings.max_replicas)
         # What the engine was given, last pages first out (debug_keep_engine_inputs; off by default).
         self._kept = collections.deque(maxlen=settings.debug_keep_engine_inputs)
         self.reconfigure(settings.batching.model_dump())
@@ -143,7 +145,7 @@ class OCRModel:
         finally:
             self._rate.batch_finished(done)
         engine_ms = (time.perf_counter() - start) * 1000 - decode_ms
-        outcome = _read(page, result, 1, page.pixels, 0.0, decode_ms, engine_ms)
+        outcome = read_outcome(page, result, 1, page.pixels, 0.0, decode_ms, engine_ms)
         self._record([page], [outcome], engine_ms)
         return outcome
 
@@ -206,7 +208,7 @@ class OCRModel:
         batch_pixels = sum(page.pixels for page in pages)
         for (i, _), result in zip(images, results):
             outcomes[i] = result if isinstance(result, BaseException) else \
-                _read(pages[i], result, len(pages), batch_pixels, waits_ms[i], decode_ms, engine_ms)
+                read_outcome(pages[i], result, len(pages), batch_pixels, waits_ms[i], decode_ms, engine_ms)
         self._record(pages, outcomes, engine_ms)
         return outcomes
 
@@ -294,10 +296,3 @@ class OCRModel:
         if engine is not None:
             engine.shutdown()
 
-
-def _read(page: PagePayload, result, batch_size: int, batch_pixels: int, wait_ms: float, decode_ms: float,
-          engine_ms: float) -> PageOCR:
-    """What the OCR replica hands on for a page it read; the image is not needed downstream."""
-    return PageOCR(page=dataclasses.replace(page, image=None), result=result, batch_size=batch_size,
-                   batch_pixels=batch_pixels, timings_ms={"queue_wait": wait_ms, "ocr_decode": round(decode_ms, 1),
-                                                          "engine_batch": round(engine_ms, 1)})

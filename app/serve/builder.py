@@ -16,8 +16,10 @@ from ray.serve import Application
 from app.config import Settings
 from app.engines import check_engine, input_budget
 from app.http.ingress import Ingress
+from app.http.ingress_settings import IngressSettings
 from app.jobs.runner import JobRunner
 from app.pipeline.ocr_model import OCRModel
+from app.pipeline.ocr_settings import OCRReplicaSettings
 from app.pipeline.postprocess import Postprocessor
 from app.pipeline.preprocess import Preprocessor
 from app.structure.deployment import StructureModel
@@ -159,9 +161,9 @@ def build_app(args: dict | None = None) -> Application:
         wait_for_gpu_capacity(settings, lambda: ray.cluster_resources().get("GPU", 0.0))
     logs = {"logging_config": logging_config(settings)}
     # Each stage is bound only what it reads: the Preprocessor the engine's input budget (the rest
-    # of its settings are its user_config), the Postprocessor nothing, the job runner `jobs`.
-    # The OCR replicas build their engine from the settings; the ingress answers /v1/info with them.
-    ocr_model = OCRModel.options(**ocr_options(settings), **logs).bind(settings)
+    # of its settings are its user_config), the Postprocessor nothing, the job runner `jobs`, the OCR
+    # replicas their engine's spec and batching, the ingress its limits (and /v1/info's public settings).
+    ocr_model = OCRModel.options(**ocr_options(settings), **logs).bind(OCRReplicaSettings.of(settings))
     preprocessor = Preprocessor.options(**preprocessor_options(settings), **logs).bind(input_budget(settings))
     postprocessor = Postprocessor.options(**postprocessor_options(settings), **logs).bind()
     # Deployed whatever the default mode, so that a request may ask for structure where it is off; not for
@@ -174,4 +176,4 @@ def build_app(args: dict | None = None) -> Application:
         runner = JobRunner.options(**runner_options(settings), **logs).bind(
             settings.jobs, preprocessor, ocr_model, postprocessor, structure, settings.structure.mode)
     return Ingress.options(**ingress_options(settings), **logs).bind(
-        settings, preprocessor, ocr_model, postprocessor, runner, structure)
+        IngressSettings.of(settings), preprocessor, ocr_model, postprocessor, runner, structure)
