@@ -33,6 +33,19 @@ class Generation:
         return cls(max_tokens=tokens, min_tokens=tokens, ignore_eos=True)
 
 
+@dataclass(frozen=True)
+class PageOptions:
+    """A request's (or a job's) options for its pages, travelling together from the ingress to every stage:
+    the Preprocessor reads orientation and pdf_text, the OCR replica lang and generation, the page's stages
+    structure. None everywhere: the settings' own."""
+
+    orientation: Optional[str] = None  # auto, off or an angle (app/orientation/upright.py)
+    lang: Optional[str] = None  # auto, deu-frak or latin (app/engines/fraktur.py); None: auto
+    structure: Optional[str] = None  # auto or off (app/structure)
+    pdf_text: Optional[str] = None  # auto, ocr or layer (app/sandbox/pdf_text.py)
+    generation: Optional[Generation] = None  # a generating engine's knobs (the OpenAI API's max_tokens...)
+
+
 @dataclass
 class PagePayload:
     """One page, ready for the engine: the preprocessor's output, the OCR model's input."""
@@ -51,9 +64,7 @@ class PagePayload:
     rotation_confidence: Optional[float] = None  # the finder's confidence; None where no finder ran
     rotation_note: Optional[str] = None  # why a page was read as uploaded though a turn was found (mixed, unsure)
     timings_ms: dict = field(default_factory=dict)
-    generation: Optional[Generation] = None  # the request's generation knobs; None: the engine's settings
-    lang: Optional[str] = None  # the request's script hint (auto, deu-frak, latin: app/engines/fraktur.py); None: auto
-    structure: Optional[str] = None  # the request's `structure` (auto, off: app/structure); None: the settings'
+    options: PageOptions = field(default_factory=PageOptions)  # its request's options
     text_layer: Optional[list] = None  # list[TextLine] from the PDF's own text (app/sandbox/pdf_text.py): no OCR
     text_source: str = "ocr"  # "ocr", or "pdf_text" where the page was read from its text layer
     text_note: Optional[str] = None  # why a PDF page with a text layer was OCR'd all the same

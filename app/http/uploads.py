@@ -14,6 +14,7 @@ from starlette.requests import ClientDisconnect, Request
 from app.engines.fraktur import parse_lang
 from app.errors import BadRequest, PayloadTooLarge
 from app.orientation.upright import parse_mode
+from app.schemas import Generation, PageOptions
 from app.sandbox.pdf_text import parse_pdf_text
 from app.settings.structure import parse_structure
 
@@ -29,6 +30,10 @@ class Upload:
     structure: Optional[str] = None  # auto or off (app/structure); None: the settings'
     pdf_text: Optional[str] = None  # auto, ocr or layer (app/sandbox/pdf_text.py); None: the settings'
     page_images: bool = False  # /v1/ocr only: each page's picture in its result (app/pipeline/page_preview.py)
+
+    def page_options(self, generation: Optional[Generation] = None) -> PageOptions:
+        return PageOptions(orientation=self.orientation, lang=self.lang, structure=self.structure,
+                           pdf_text=self.pdf_text, generation=generation)
 
 
 # A request's options, each with its parser: query parameters, or multipart form fields (which win).

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from app.errors import PageNotProcessed
+from app.schemas import PageOptions
 
 QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELED = "queued", "running", "succeeded", "partial", "failed", "canceled"
 FINISHED = (SUCCEEDED, PARTIAL, FAILED, CANCELED)
@@ -45,6 +46,9 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    def page_options(self) -> PageOptions:
+        return PageOptions(orientation=self.orientation, lang=self.lang, structure=self.structure, pdf_text=self.pdf_text)
 
 
 def job_tag(job_id: str) -> str:

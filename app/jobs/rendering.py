@@ -37,7 +37,7 @@ class TurnRenderer:
         seen: set[int] = set()
         # Logs name the job by a hash of its id: where keys are off, the id is the job's only secret.
         stream = self._pre.prepare.remote(job_tag(job.id), document, job.content_type, page_spec(numbers),
-                                          job.orientation, max_pages=len(numbers), pdf_text=job.pdf_text)
+                                          job.page_options(), max_pages=len(numbers))
         while True:
             asked = time.monotonic()
             try:
@@ -68,7 +68,7 @@ class TurnRenderer:
             asked = time.monotonic()
             try:
                 async for payload in self._pre.prepare.remote(job_tag(job.id), document, job.content_type,
-                                                             str(number), job.orientation, pdf_text=job.pdf_text):
+                                                             str(number), job.page_options()):
                     return payload
             except Exception as exc:
                 error = to_error(exc, job.id)

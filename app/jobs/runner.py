@@ -25,7 +25,6 @@ OCR of pages whose results cannot be written would be lost work done again and a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import uuid
@@ -258,9 +257,8 @@ class JobRunner:
             slots.release()
 
     async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
-        """(result, None), or (None, the error) once the one retry rule (app/pipeline/page_pipeline.py) gave up."""
-        if job.lang is not None or job.structure is not None:
-            payload = dataclasses.replace(payload, lang=job.lang, structure=job.structure)
+        """(result, None), or (None, the error) once the one retry rule (app/pipeline/page_pipeline.py) gave up.
+        The payload carries the job's options (PageOptions), as the Preprocessor was given them."""
         try:
             return await read_page(self._stages, payload, self._jobs.page_retries,
                                    on_retry=self._count_retry), None

@@ -11,7 +11,6 @@ Jobs read their chunks in app/jobs/runner.py, under their own leases.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import AsyncIterator, Optional
 
 from ray.serve.handle import DeploymentHandle
@@ -26,18 +25,19 @@ class DocumentReader:
         self._pre = preprocessor.options(stream=True)
         self._stages, self._retries = stages, page_retries
 
-    def _pages(self, request_id: str, upload):
+    def _pages(self, request_id: str, upload, generation: Optional[Generation]):
+        """The Preprocessor's stream of the document's pages, each carrying the request's options on."""
         return self._pre.prepare.remote(request_id, upload.data, upload.content_type, upload.pages,
-                                        upload.orientation, pdf_text=getattr(upload, "pdf_text", None))
+                                        upload.page_options(generation))
 
     async def read(self, request_id: str, upload, generation: Optional[Generation] = None) -> list[dict]:
         """Every page's result, in page order."""
-        stream = self._pages(request_id, upload)
+        stream = self._pages(request_id, upload, generation)
         tasks: list[asyncio.Task] = []
         streamed = False
         try:
             async for page in stream:
-                tasks.append(asyncio.ensure_future(self._page_result(page, generation, upload)))
+                tasks.append(asyncio.ensure_future(self._page_result(page, upload)))
                 if any(task.done() and task.exception() is not None for task in tasks if not task.cancelled()):
                     break  # a page failed for good: stop rasterising the rest
             else:
@@ -57,14 +57,14 @@ class DocumentReader:
     async def read_in_order(self, request_id: str, upload,
                             generation: Optional[Generation] = None) -> AsyncIterator[dict]:
         """Each page's result in page order, as soon as it and the pages before it are read."""
-        stream = self._pages(request_id, upload)
+        stream = self._pages(request_id, upload, generation)
         tasks: list[asyncio.Task] = []
         ready: asyncio.Queue = asyncio.Queue()  # page tasks in page order; then None, or the stream's error
 
         async def feed():
             try:
                 async for page in stream:
-                    tasks.append(asyncio.ensure_future(self._page_result(page, generation, upload)))
+                    tasks.append(asyncio.ensure_future(self._page_result(page, upload)))
                     ready.put_nowait(tasks[-1])
             except Exception as exc:  # the Preprocessor refused the document, or failed
                 ready.put_nowait(exc)
@@ -83,11 +83,8 @@ class DocumentReader:
             for task in tasks:
                 task.cancel()
 
-    async def _page_result(self, page: PagePayload, generation: Optional[Generation], upload) -> dict:
-        lang, structure = getattr(upload, "lang", None), getattr(upload, "structure", None)
-        if generation is not None or lang is not None or structure is not None:
-            page = dataclasses.replace(page, generation=generation, lang=lang, structure=structure)
-        if not getattr(upload, "page_images", False):
+    async def _page_result(self, page: PagePayload, upload) -> dict:
+        if not upload.page_images:
             return await read_page(self._stages, page, self._retries)
         picture = await page_preview(page)  # before the page goes on: the result holds no pixels
         result = await read_page(self._stages, page, self._retries)

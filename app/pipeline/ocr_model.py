@@ -135,7 +135,7 @@ class OCRModel:
         done = 0
         try:
             if self._takes_generation:
-                result = await self._engine.infer_page(image, page.generation)
+                result = await self._engine.infer_page(image, page.options.generation)
             else:
                 result = await self._engine.infer_page(image)
             done = 1
@@ -216,10 +216,10 @@ class OCRModel:
         if not images:
             return []
         try:
-            if self._takes_generation and any(page.generation for page in pages):
-                return self._engine.infer(images, generation=[page.generation for page in pages])
-            if self._takes_lang and any(page.lang for page in pages):
-                return self._engine.infer(images, langs=[page.lang for page in pages])
+            if self._takes_generation and any(page.options.generation for page in pages):
+                return self._engine.infer(images, generation=[page.options.generation for page in pages])
+            if self._takes_lang and any(page.options.lang for page in pages):
+                return self._engine.infer(images, langs=[page.options.lang for page in pages])
             return self._engine.infer(images)
         except Exception as exc:
             if len(images) == 1:

@@ -30,7 +30,7 @@ class Stages:
     structure_mode: str = "auto"  # the settings' default for a page whose request set none
 
     def wants_structure(self, page: PagePayload) -> bool:
-        return self.structure is not None and (page.structure or self.structure_mode) != "off"
+        return self.structure is not None and (page.options.structure or self.structure_mode) != "off"
 
 
 async def read_page(stages: Stages, page: PagePayload, retries: int,

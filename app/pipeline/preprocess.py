@@ -20,7 +20,7 @@ from app.config import PreprocessConfig
 from app.engines.base import InputBudget
 from app.orientation.upright import LEFT_AS_UPLOADED, Orientation, Orienter
 from app.sandbox import DecodeSandbox, RenderedPage, SandboxRetired
-from app.schemas import PagePayload
+from app.schemas import PageOptions, PagePayload
 from app.ops.replica import dumpable, harden_process
 
 
@@ -30,7 +30,8 @@ def record_stages(page: RenderedPage) -> None:
     metrics.stage("resize_encode", page.resize_encode_ms / 1000)
 
 
-def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index: int, request_id: str) -> PagePayload:
+def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index: int, request_id: str,
+               options: PageOptions = PageOptions()) -> PagePayload:
     """`image` is the page as turned upright; the source size stays the upload's (boxes are mapped back)."""
     return PagePayload(
         request_id=request_id,
@@ -50,6 +51,7 @@ def to_payload(page: RenderedPage, image: np.ndarray, turned: Orientation, index
         text_layer=page.text_layer,
         text_source="pdf_text" if page.text_layer is not None else "ocr",
         text_note=page.text_note,
+        options=options,
     )
 
 
@@ -83,22 +85,24 @@ class Preprocessor:
 
     async def prepare(
         self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
-        orientation: Optional[str] = None, max_pages: Optional[int] = None, pdf_text: Optional[str] = None,
+        options: Optional[PageOptions] = None, max_pages: Optional[int] = None,
     ) -> AsyncIterator[PagePayload]:
-        """Yield one payload per page, in document order, each turned upright as `orientation` says
-        (None: the config's mode). Bad input raises a 4xx error before any page. `max_pages` replaces
-        limits.max_pages (a job's chunk: its pages were counted under jobs.max_pages). A PDF page read
-        from its own text layer (`pdf_text`; None: the config's) is not turned: its text says where it is."""
+        """Yield one payload per page, in document order, each turned upright as `options.orientation` says
+        (None: the config's mode) and carrying the request's `options` on. Bad input raises a 4xx error
+        before any page. `max_pages` replaces limits.max_pages (a job's chunk: its pages were counted under
+        jobs.max_pages). A PDF page read from its own text layer (`options.pdf_text`; None: the config's) is
+        not turned: its text says where it is."""
+        options = options or PageOptions()
         index = 0
-        layer_mode = pdf_text or self._config.pdf_text
+        layer_mode = options.pdf_text or self._config.pdf_text
         while True:
             try:
                 async for page in self._sandbox.pages(data, content_type, pages, label=f"request {request_id}",
                                                       max_pages=max_pages, pdf_text=layer_mode):
                     record_stages(page)
-                    keep = "off" if page.text_layer is not None else orientation
+                    keep = "off" if page.text_layer is not None else options.orientation
                     image, turned = await self._upright(page.image, keep)
-                    yield to_payload(page, image, turned, index, request_id)
+                    yield to_payload(page, image, turned, index, request_id, options)
                     index += 1
                 return
             except SandboxRetired:  # reconfigured before this document got a decoder: the new one takes it
