@@ -39,7 +39,9 @@ from load.common import add_report_options, commit, local_service, machine, meas
 THROUGHPUT_OPTIMIZED_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
                             "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(32 * 2**20)}
 TARGET_P50_RATIO = 1.5  # issue 13: the graph adds at most 1.5x the floor's p50
-GRAPH_ARGS = {"engine": "null", "ocr_replicas": 1, "engine_threads": 1}
+# Structure off: with the null engine nothing hides the layout model's ~400 ms a page, which would be
+# measured instead of the pipeline (load/structure.py measures the structure model).
+GRAPH_ARGS = {"engine": "null", "ocr_replicas": 1, "engine_threads": 1, "structure": {"mode": "off"}}
 
 
 def graph_args(batch_wait_s: float | None) -> dict:
