@@ -1,6 +1,6 @@
 """Time outside the engine per page at concurrency 1, on the devset's pages, with the stages named.
 
-    python load/page_overhead.py [--rounds 5] [--arms default,structure_off]
+    python load/page_overhead.py [--rounds 5] [--arms default,structure_off,orientation_off,both_off]
     python load/page_overhead.py --before REF [--rounds 3]
     python load/page_overhead.py --render load/results/page_overhead.json
 
@@ -42,7 +42,8 @@ from load.common import (add_report_options, commit, load_devset, machine, measu
 
 DEVSET = Path(__file__).resolve().parent.parent.parent / "shared" / "eval" / "devset" / "manifest.jsonl"
 TARGET_MS = 150.0  # issue 39: at most 150 ms outside the engine per page at c=1
-ARMS = {"default": {}, "structure_off": {"structure": "off"}}
+ARMS = {"default": {}, "structure_off": {"structure": "off"}, "orientation_off": {"orientation": "off"},
+        "both_off": {"structure": "off", "orientation": "off"}}
 SERIAL_STAGES = ("decode", "render", "resize_encode", "orientation", "ocr_decode", "queue_wait", "postprocess")
 
 

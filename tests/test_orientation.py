@@ -154,6 +154,34 @@ def test_lines_that_read_as_nothing_have_no_vote_and_one_line_does_not_decide():
     assert OrientationFinder(direction=object(), reader=lone)._read_both_ways(crops) is None
 
 
+class ScriptedDirection:
+    """The classifier's P(upside down), scripted per line as ScriptedReader's scores are; it counts
+    the crops it is asked."""
+
+    def __init__(self, upside_down: dict[int, float]):
+        self._upside_down, self.asked = upside_down, 0
+
+    def upside_down(self, crops: list[np.ndarray]) -> np.ndarray:
+        self.asked += len(crops)
+        return np.array([self._upside_down[int(crop[0, 0, 0])] if crop[0, 0, 0] else 1 - self._upside_down[int(crop[-1, -1, 0])]
+                         for crop in crops])
+
+
+def test_the_classifier_asks_three_lines_first_and_the_other_three_only_where_they_are_not_very_sure():
+    from app.orientation.finder import OrientationFinder
+
+    crops = [named_crop(line, 20) for line in range(1, 7)]
+    very_sure = ScriptedDirection({1: 0.05, 2: 0.0, 3: 0.1, 4: 0.9, 5: 0.9, 6: 0.9})
+    finder = OrientationFinder(direction=very_sure, reader=object())
+    assert finder._up_or_down(crops) == (False, pytest.approx(1 - 0.05), "first")
+    assert very_sure.asked == 6  # three lines, each both ways up: the other three were not asked
+    # The first three lean up, not very surely (0.15): the other three are asked and all six pooled.
+    leaning = ScriptedDirection({1: 0.15, 2: 0.15, 3: 0.15, 4: 0.0, 5: 0.0, 6: 0.0})
+    finder = OrientationFinder(direction=leaning, reader=object())
+    assert finder._up_or_down(crops) == (False, pytest.approx(1 - 0.075), "first")
+    assert leaning.asked == 12
+
+
 def test_a_fixed_angle_is_applied_without_looking_and_off_leaves_the_page(orienter, upright_page):
     upside_down = turn(upright_page, 180)
     pixels, done = orienter.upright(upside_down, "180")

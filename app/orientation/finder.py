@@ -11,6 +11,9 @@ The first look, on every page (tens of milliseconds):
    lines go to the bundled 0/180 classifier, each asked both ways up (its own lean towards one
    answer cancels out). Pooled, the lines settle it when they are surely one way up (on the
    devset, no upright page's lines came within 0.3 of the bar for upside down, nor the reverse).
+   The first three lines are asked first; where they are very sure (pooled within 0.1 of an
+   answer: most upright pages) the other three are not asked. On load/orientation_upright.py's sets
+   every page that three lines settled so, six settled the same way, or the reader did.
 
 Where the classifier is unsure (Fraktur, some receipts), a closer look at the same crops:
 3. The engine's recognizer reads two of them, of the page's usual line height, both ways up; the
@@ -47,6 +50,8 @@ LOOK_SIDE = 1024  # the thumbnail the ink is measured on
 AXIS_SURE = 0.65  # share of neighbour pairs along one axis that settles the axis in the first look
 FIRST_LINES = 6  # lines the first look classifies
 CLASSIFIER_SURE = 0.20  # the lines' pooled P(upside down) must be below this, or above 1 minus it
+EARLY_LINES = 3  # the classifier asks this many lines first; the rest only where these are not very sure
+EARLY_SURE = 0.10  # ...very sure: the first lines' pooled P(upside down) below this, or above 1 minus it
 READ_LINES = 2  # lines the recognizer reads both ways up, then as many again if the ways are close
 READ_MARGIN = 0.15  # mean scores at least this far apart settle it without more lines
 READ_FLOOR = 0.3  # a line read below this both ways up is no text (a rule, a picture): it has no vote
@@ -112,12 +117,22 @@ class OrientationFinder:
     def _up_or_down(self, crops: list[np.ndarray]) -> Optional[tuple[bool, float, str]]:
         """(upside down?, the vote's share, which look settled it) for crops of lines lying across;
         None where neither the classifier nor the recognizer could tell."""
-        both = self._direction.upside_down(both_ways_up(crops))
-        upside_down = float(np.mean((both[:len(crops)] + 1.0 - both[len(crops):]) / 2))
+        votes = self._classified(crops[:EARLY_LINES])
+        upside_down = float(np.mean(votes))
+        if len(crops) > EARLY_LINES and EARLY_SURE < upside_down < 1 - EARLY_SURE:
+            votes = np.concatenate([votes, self._classified(crops[EARLY_LINES:])])
+            upside_down = float(np.mean(votes))
         if upside_down <= CLASSIFIER_SURE or upside_down >= 1 - CLASSIFIER_SURE:
             return upside_down > 0.5, max(upside_down, 1 - upside_down), "first"
         read = self._read_both_ways(crops)
         return None if read is None else (*read, "read")
+
+    def _classified(self, crops: list[np.ndarray]) -> np.ndarray:
+        """Each crop's P(upside down), asked both ways up so that the classifier's own lean cancels out.
+        The classifier's time is most of the first look (about 1.6 ms a crop on one core): most upright
+        pages are settled by their first EARLY_LINES lines, at half the cost of all FIRST_LINES."""
+        both = self._direction.upside_down(both_ways_up(crops))
+        return (both[:len(crops)] + 1.0 - both[len(crops):]) / 2
 
     def _read_both_ways(self, crops: list[np.ndarray]) -> Optional[tuple[bool, float]]:
         """(upside down?, share) from the recognizer's confidence in each line, read both ways up:
