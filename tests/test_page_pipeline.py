@@ -61,3 +61,89 @@ def test_a_page_whose_ocr_replica_dies_is_read_again_in_a_request_and_in_a_job(d
     assert status["status"] == "succeeded" and status["pages"] == {"total": 1, "done": 1, "failed": 0}, status
     result = client.get(f"{url}/v1/jobs/{job['id']}/result").json()
     assert result["pages"][0]["text"] == expected
+
+
+# -- the one fan-out of a document's pages, and the one retry loop (no Ray) --
+
+def test_page_tasks_bound_what_is_in_flight_raise_the_first_failure_and_cancel_the_rest_on_leaving():
+    import asyncio
+
+    from app.pipeline.page_tasks import PageTasks
+
+    async def scenario():
+        running, most, cancelled = 0, 0, []
+
+        async def page(number: int, seconds: float, fails: bool = False):
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            try:
+                await asyncio.sleep(seconds)
+                if fails:
+                    raise ValueError(f"page {number}")
+                return number
+            except asyncio.CancelledError:
+                cancelled.append(number)
+                raise
+            finally:
+                running -= 1
+
+        with PageTasks(limit=2) as pages:
+            for number in range(1, 6):
+                await pages.start(page(number, 0.01))
+            assert await pages.results() == [1, 2, 3, 4, 5]
+        assert most == 2  # never more than the limit at once
+
+        with pytest.raises(ValueError, match="page 2"):
+            with PageTasks() as pages:
+                await pages.start(page(1, 30))
+                await pages.start(page(2, 0.01, fails=True))
+                await pages.start(page(3, 30))
+                await pages.results()  # raises as soon as page 2 fails, not after 30 s
+        await asyncio.sleep(0)
+        assert sorted(cancelled) == [1, 3]  # leaving the document cancelled the pages still in flight
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_the_one_retry_loop_takes_a_first_failure_already_had_and_a_rule_of_its_own():
+    import asyncio
+
+    from ray.exceptions import ActorDiedError
+
+    from app.errors import BadRequest, InsufficientStorage
+    from app.pipeline.retry import retry_page
+
+    calls, retried = [], []
+
+    async def lost():
+        calls.append(1)
+        raise ActorDiedError()
+
+    # A first attempt already failed retryably: `retries` more calls, each after a backoff, then the last error.
+    with pytest.raises(ActorDiedError):
+        asyncio.run(retry_page(lost, retries=2, what="t", base_s=0, failed=ActorDiedError(),
+                               on_retry=lambda: retried.append(1)))
+    assert (len(calls), len(retried)) == (2, 2)
+    calls.clear()
+    with pytest.raises(BadRequest):  # a first failure that is no use retrying: no call at all
+        asyncio.run(retry_page(lost, retries=2, what="t", base_s=0, failed=BadRequest("bad page")))
+    assert calls == []
+
+    # A rule of the caller's: the store's blinks are retried, a full store is not.
+    def not_full(exc):
+        return not isinstance(exc, InsufficientStorage)
+
+    outcomes = [OSError("blink"), OSError("blink"), "kept"]
+
+    async def store():
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert asyncio.run(retry_page(store, retries=5, what="t", base_s=0, retryable=not_full)) == "kept"
+    outcomes[:] = [InsufficientStorage("full"), "never"]
+    with pytest.raises(InsufficientStorage):
+        asyncio.run(retry_page(store, retries=5, what="t", base_s=0, retryable=not_full))
+    assert outcomes == ["never"]

@@ -3,7 +3,6 @@ rendered retried alone and, past its retries, a PageFailure the runner records (
 
 from __future__ import annotations
 
-import asyncio
 import time
 from itertools import groupby
 from typing import AsyncIterator, Callable
@@ -14,7 +13,7 @@ from ray.serve.handle import DeploymentHandle
 from app.errors import to_error
 from app.jobs.model import Job, job_tag
 from app.jobs.turns import DecodeCharge, PageFailure
-from app.pipeline.retry import backoff_s
+from app.pipeline.retry import retry_page
 
 
 def page_spec(numbers: list[int]) -> str:
@@ -59,18 +58,26 @@ class TurnRenderer:
                     yield item
 
     async def _alone(self, job: Job, document: ray.ObjectRef, number: int, first: Exception, spent_ms: float):
-        error = to_error(first, job.id)
-        for attempt in range(self._retries):
-            if not error.retryable:
-                break
-            self._on_retry()
-            await asyncio.sleep(backoff_s(attempt))
+        """The page rendered on its own, after `first` failed it within its turn's stream: retried by the one
+        rule (app/pipeline/retry.py), and past it a PageFailure charged every attempt's time."""
+        last, spent = first, spent_ms
+
+        async def once():
+            nonlocal last, spent
             asked = time.monotonic()
             try:
                 async for payload in self._pre.prepare.remote(job_tag(job.id), document, job.content_type,
                                                              str(number), job.page_options()):
                     return payload
             except Exception as exc:
-                error = to_error(exc, job.id)
-            spent_ms += (time.monotonic() - asked) * 1000
-        return PageFailure(number, error.record(), cost_ms=spent_ms)
+                last = exc
+                raise
+            finally:
+                spent += (time.monotonic() - asked) * 1000
+            raise last  # no page came: the last error stands
+
+        try:
+            return await retry_page(once, self._retries, f"job {job_tag(job.id)} page {number}",
+                                    on_retry=self._on_retry, failed=first)
+        except Exception as exc:
+            return PageFailure(number, to_error(exc, job.id).record(), cost_ms=spent)

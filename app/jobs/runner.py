@@ -44,6 +44,7 @@ from app.jobs.recording import record_page
 from app.jobs.rendering import TurnRenderer
 from app.jobs.turns import DecodeBudget, DecodeCharge, DocumentCache, PageFailure
 from app.pipeline.page_pipeline import EngineIdentity, Stages, read_page
+from app.pipeline.page_tasks import PageTasks
 from app.schemas import PagePayload
 from app.ops.replica import harden_process
 
@@ -193,20 +194,12 @@ class JobRunner:
             return await self._judge(job)
         todo = unrecorded[:self._jobs.turn_pages]
         index_of = {number: index for index, number in enumerate(job.pages)}
-        slots = asyncio.Semaphore(self._jobs.max_inflight_pages)
-        tasks: list[asyncio.Task] = []
-        try:
+        with PageTasks(limit=self._jobs.max_inflight_pages) as pages:
             async for item in self._render.pages(job, document, todo):
                 item = await self._budget.charge(job, item)
-                if isinstance(item, DecodeCharge):
-                    continue
-                await slots.acquire()
-                tasks.append(asyncio.ensure_future(self._page(job, item, index_of, slots)))
-            if tasks:
-                await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
+                if not isinstance(item, DecodeCharge):
+                    await pages.start(self._page(job, item, index_of))
+            await pages.results()
         if len(unrecorded) > len(todo):
             self.stats["turns"] += 1
             return  # the end of this turn: the lease goes back, and the next claim takes turns
@@ -242,19 +235,16 @@ class JobRunner:
             metrics.inc("ocr_jobs_finished_total", status=status)
             logger.info("job %s: %s (%d done, %d failed)", job_tag(job.id), status, current.done, current.failed)
 
-    async def _page(self, job: Job, item, index_of: dict, slots: asyncio.Semaphore) -> None:
-        try:
-            if isinstance(item, PageFailure):
-                number, result, error = item.page_number, None, item.error
-            else:
-                number = item.page_number
-                result, error = await self._read_page(job, item)
-                if result is not None:
-                    result["index"] = index_of[number]
-            await self._record(job.id, number, result, error)
-            self.stats["pages"] += 1
-        finally:
-            slots.release()
+    async def _page(self, job: Job, item, index_of: dict) -> None:
+        if isinstance(item, PageFailure):
+            number, result, error = item.page_number, None, item.error
+        else:
+            number = item.page_number
+            result, error = await self._read_page(job, item)
+            if result is not None:
+                result["index"] = index_of[number]
+        await self._record(job.id, number, result, error)
+        self.stats["pages"] += 1
 
     async def _read_page(self, job: Job, payload: PagePayload) -> tuple[Optional[dict], Optional[dict]]:
         """(result, None), or (None, the error) once the one retry rule (app/pipeline/page_pipeline.py) gave up.

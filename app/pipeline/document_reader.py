@@ -5,7 +5,8 @@ each page sent on (OCR, then postprocess: app/pipeline/page_pipeline.py) as soon
 order as soon as it and those before it are read (a streamed chat completion). Either way the
 first page that fails for good fails the document at once, and leaving early (a failure, the
 client gone) cancels the pages in flight and the rest of the document still rasterising.
-Jobs read their chunks in app/jobs/runner.py, under their own leases.
+The fan-out and cancel of the pages is app/pipeline/page_tasks.py's, which jobs use too (app/jobs/runner.py,
+their turns under their own leases).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import AsyncIterator, Optional
 from ray.serve.handle import DeploymentHandle
 
 from app.pipeline.page_pipeline import Stages, read_page
+from app.pipeline.page_tasks import PageTasks
 from app.pipeline.page_preview import page_preview
 from app.schemas import Generation, PagePayload
 
@@ -33,55 +35,45 @@ class DocumentReader:
     async def read(self, request_id: str, upload, generation: Optional[Generation] = None) -> list[dict]:
         """Every page's result, in page order."""
         stream = self._pages(request_id, upload, generation)
-        tasks: list[asyncio.Task] = []
         streamed = False
-        try:
-            async for page in stream:
-                tasks.append(asyncio.ensure_future(self._page_result(page, upload)))
-                if any(task.done() and task.exception() is not None for task in tasks if not task.cancelled()):
-                    break  # a page failed for good: stop rasterising the rest
-            else:
-                streamed = True
-            if tasks:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [task for task in tasks if task.done() and not task.cancelled() and task.exception()]
-            if failed:
-                raise failed[0].exception()
-            return sorted((task.result() for task in tasks), key=lambda page: page["index"])
-        finally:
-            if not streamed:
-                stream.cancel()
-            for task in tasks:
-                task.cancel()
+        with PageTasks() as pages:
+            try:
+                async for page in stream:
+                    await pages.start(self._page_result(page, upload))
+                    if pages.failure() is not None:
+                        break  # a page failed for good: stop rasterising the rest
+                else:
+                    streamed = True
+                return sorted(await pages.results(), key=lambda page: page["index"])
+            finally:
+                if not streamed:
+                    stream.cancel()
 
     async def read_in_order(self, request_id: str, upload,
                             generation: Optional[Generation] = None) -> AsyncIterator[dict]:
         """Each page's result in page order, as soon as it and the pages before it are read."""
         stream = self._pages(request_id, upload, generation)
-        tasks: list[asyncio.Task] = []
         ready: asyncio.Queue = asyncio.Queue()  # page tasks in page order; then None, or the stream's error
 
-        async def feed():
+        async def feed(pages: PageTasks):
             try:
                 async for page in stream:
-                    tasks.append(asyncio.ensure_future(self._page_result(page, upload)))
-                    ready.put_nowait(tasks[-1])
+                    ready.put_nowait(await pages.start(self._page_result(page, upload)))
             except Exception as exc:  # the Preprocessor refused the document, or failed
                 ready.put_nowait(exc)
                 return
             ready.put_nowait(None)
 
-        feeder = asyncio.ensure_future(feed())
-        try:
-            while (item := await ready.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield await item
-        finally:
-            feeder.cancel()
-            stream.cancel()
-            for task in tasks:
-                task.cancel()
+        with PageTasks() as pages:
+            feeder = asyncio.ensure_future(feed(pages))
+            try:
+                while (item := await ready.get()) is not None:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield await item
+            finally:
+                feeder.cancel()
+                stream.cancel()
 
     async def _page_result(self, page: PagePayload, upload) -> dict:
         if not upload.page_images:

@@ -9,7 +9,7 @@ so the ingress sends page 1 to the OCR replicas while page 2 is still rasterisin
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Optional
+from typing import AsyncIterator, Awaitable, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from app.orientation.upright import LEFT_AS_UPLOADED, Orientation, Orienter
 from app.sandbox import DecodeSandbox, RenderedPage, SandboxRetired
 from app.schemas import PageOptions, PagePayload
 from app.ops.replica import dumpable, harden_process
+
+T = TypeVar("T")
 
 
 def record_stages(page: RenderedPage) -> None:
@@ -120,18 +122,21 @@ class Preprocessor:
     async def select_pages(self, request_id: str, data: bytes, content_type: Optional[str], pages: Optional[str],
                            max_pages: int) -> list[int]:
         """For a job: the page numbers it will process. Bad input raises the same 4xx errors as `prepare`."""
-        while True:
-            try:
-                return await self._sandbox.count(data, content_type, pages, max_pages, label=f"job {request_id}")
-            except SandboxRetired:
-                continue
+        return await self._in_sandbox(lambda sandbox: sandbox.count(data, content_type, pages, max_pages,
+                                                                    label=f"job {request_id}"))
 
     async def searchable_pdf(self, request_id: str, data: bytes, content_type: Optional[str], pages: list) -> bytes:
         """The document's own pages with an invisible text layer from `pages` (app/formats/searchable_pdf.py),
         written in the decoder sandbox, which is where the client's file may be opened."""
+        return await self._in_sandbox(lambda sandbox: sandbox.searchable_pdf(data, content_type, pages,
+                                                                             label=f"request {request_id}"))
+
+    async def _in_sandbox(self, use: Callable[[DecodeSandbox], Awaitable[T]]) -> T:
+        """`use(sandbox)` in the sandbox in force; a call that a reconfigure() retired before it got a decoder
+        goes to the new one (as a document's pages do in `prepare`)."""
         while True:
             try:
-                return await self._sandbox.searchable_pdf(data, content_type, pages, label=f"request {request_id}")
+                return await use(self._sandbox)
             except SandboxRetired:
                 continue
 
