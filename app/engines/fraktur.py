@@ -15,8 +15,17 @@ across a row where PP-OCR sees two boxes; matched by line, both boxes got the wh
 read alike keep PP-OCR's spelling, and a chosen word keeps PP-OCR's punctuation around it (Tesseract's
 Fraktur model adds stray stops and quotes); a box with no Tesseract word keeps PP-OCR's reading.
 
-Which pages: a request's `lang=deu-frak` says so; `lang=auto` (the default) tells a Fraktur page
-from PP-OCR's own reading: words that are no German word but become one with f or j read as ſ.
+Which pages: a request's `lang=deu-frak` says so; `lang=auto` (the default) finds them two ways:
+- on a page, from PP-OCR's own reading: words that are no German word but become one with f or j
+  read as ſ (a page has words enough for that, and the look costs nothing);
+- on a line image or a snippet (at most SMALL_LINES lines of Latin letters, where a line has too few
+  words to misread), from the letters' shapes: Tesseract's Fraktur model reads it, which it does in
+  tens of milliseconds, and the input is Fraktur where that reading has a long s (ſ). The model writes
+  ſ only for the long s's shape, which Antiqua type does not have (on the devset's Latin pages and
+  lines it wrote none; on its Fraktur page and three of its five Fraktur lines, the ſ of the ground
+  truth). That reading is the one the vote then uses: no line image is read by Tesseract twice.
+Tesseract's own script detection (OSD) was measured and not used: on the devset's Fraktur lines it
+finds too few characters to answer, and it named a Latin receipt Cyrillic.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ LANGS = ("auto", "deu-frak", "latin")  # a request's `lang`: auto finds Fraktur 
 LONG_S_MISREAD = "fj"  # what PP-OCR reads a long s as
 LONG_S_SHARE = 0.02  # a page is Fraktur where at least this share of its words (and one) are such misreadings
 MATCH_OVERLAP = 0.5  # two engines' lines are one where they share this much of the lower one's height
+SMALL_LINES = 3  # an input of at most this many PP-OCR lines is looked at by Tesseract for Fraktur letters
+LONG_S = "ſ"  # a letter only Fraktur (blackletter) type has, as Tesseract's Fraktur model writes it
 
 
 def parse_lang(value: Optional[str]) -> Optional[str]:
@@ -168,6 +179,16 @@ def combine(ppocr_lines: list[TextLine], tesseract_lines: list[TextLine], spelli
     return combined
 
 
+def latin_letters(lines: list[TextLine]) -> bool:
+    """Whether most of the letters PP-OCR read are Latin ones (a Chinese snippet is not worth a look)."""
+    letters = [char for line in lines for char in line.text if char.isalpha()]
+    return bool(letters) and sum(char.isascii() or char in "äöüÄÖÜß" for char in letters) >= len(letters) / 2
+
+
+def has_fraktur_letters(lines: list[TextLine]) -> bool:
+    return any(LONG_S in line.text for line in lines)
+
+
 class FrakturPass:
     """What the ppocr engine asks after reading a page: is it Fraktur, and if so, both engines' words."""
 
@@ -178,10 +199,31 @@ class FrakturPass:
         self._reader = TesseractReader(where, "Fraktur", threads)
         self._spelling = Spelling(WordList(where, "deu"))
 
-    def wanted(self, lines: list[TextLine], lang: Optional[str]) -> bool:
+    def second_reading(self, rgb, lines: list[TextLine], lang: Optional[str]) -> Optional[list[TextLine]]:
+        """Tesseract's Fraktur reading of a page that is Fraktur (the module's rules), or None: the page is
+        read by PP-OCR alone. A Latin line image costs one Tesseract reading here and is left as PP-OCR read it."""
         if lang == "deu-frak":
-            return True
-        return lang in (None, "auto") and self._spelling.looks_like_fraktur(lines)
+            return self._reader.read(rgb)
+        if lang not in (None, "auto"):
+            return None
+        found, theirs = self.finds(rgb, lines)
+        if not found:
+            return None
+        return theirs if theirs is not None else self._reader.read(rgb)
 
-    def apply(self, rgb, lines: list[TextLine]) -> list[TextLine]:
-        return combine(lines, self._reader.read(rgb), self._spelling)
+    def finds(self, rgb, lines: list[TextLine]) -> tuple[bool, Optional[list[TextLine]]]:
+        """(Fraktur?, Tesseract's reading where the finding made one) for `lang=auto`: the long-s test on
+        PP-OCR's words, and on a line image or snippet of Latin letters, Tesseract's look for Fraktur letters."""
+        if not lines:
+            return False, None
+        if self._spelling.looks_like_fraktur(lines):
+            return True, None
+        if len(lines) <= SMALL_LINES and latin_letters(lines):
+            theirs = self._reader.read(rgb)
+            return has_fraktur_letters(theirs), theirs
+        return False, None
+
+    def apply(self, rgb, lines: list[TextLine], lang: Optional[str]) -> Optional[list[TextLine]]:
+        """PP-OCR's lines read again with Tesseract's words where the page is Fraktur; None where it is not."""
+        theirs = self.second_reading(rgb, lines, lang)
+        return None if theirs is None else combine(lines, theirs, self._spelling)

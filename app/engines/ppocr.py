@@ -130,8 +130,9 @@ class PPOCREngine(OCREngine):
         if self._fraktur is None:
             notes = [self._fraktur_missing] if lang == "deu-frak" else []
             return EngineResult(lines=lines, notes=notes)
-        if self._fraktur.wanted(lines, lang):
-            return EngineResult(lines=self._fraktur.apply(page, lines), notes=["read as Fraktur by PP-OCR and Tesseract"])
+        both = self._fraktur.apply(page, lines, lang)
+        if both is not None:
+            return EngineResult(lines=both, notes=["read as Fraktur by PP-OCR and Tesseract"])
         return EngineResult(lines=lines)
 
     def batch_limits(self) -> None:
