@@ -19,8 +19,9 @@ Which pages: a request's `lang=deu-frak` says so; `lang=auto` (the default) find
 - on a page, from PP-OCR's own reading: words that are no German word but become one with f or j
   read as ſ (a page has words enough for that, and the look costs nothing);
 - on a line image or a snippet (at most SMALL_LINES lines of Latin letters, where a line has too few
-  words to misread), from the letters' shapes: Tesseract's Fraktur model reads it, which it does in
-  tens of milliseconds, and the input is Fraktur where that reading has a long s (ſ). The model writes
+  words to misread), and on a page where some of PP-OCR's words but fewer than LONG_S_SHARE are such
+  misreadings (a hint, not yet proof), from the letters' shapes: Tesseract's Fraktur model reads it (tens
+  of milliseconds for a line), and the input is Fraktur where that reading has a long s (ſ). The model writes
   ſ only for the long s's shape, which Antiqua type does not have (on the devset's Latin pages and
   lines it wrote none; on its Fraktur page and three of its five Fraktur lines, the ſ of the ground
   truth). That reading is the one the vote then uses: no line image is read by Tesseract twice.
@@ -102,10 +103,14 @@ class Spelling:
                     return candidate
         return None
 
-    def looks_like_fraktur(self, lines: list[TextLine]) -> bool:
+    def long_s_misreadings(self, lines: list[TextLine]) -> tuple[int, int]:
+        """(words that are no word but become one with f or j read as ſ, words)."""
         words = [word for line in lines for word in line.text.split() if plain_word(word)]
-        misread = sum(self.long_s_fix(word) is not None for word in words)
-        return misread >= max(1, LONG_S_SHARE * len(words))
+        return sum(self.long_s_fix(word) is not None for word in words), len(words)
+
+    def looks_like_fraktur(self, lines: list[TextLine]) -> bool:
+        misread, words = self.long_s_misreadings(lines)
+        return misread >= max(1, LONG_S_SHARE * words)
 
     def better_word(self, ppocr: str, tesseract: str) -> str:
         fixed = self.long_s_fix(ppocr)
@@ -216,9 +221,10 @@ class FrakturPass:
         PP-OCR's words, and on a line image or snippet of Latin letters, Tesseract's look for Fraktur letters."""
         if not lines:
             return False, None
-        if self._spelling.looks_like_fraktur(lines):
+        misread, words = self._spelling.long_s_misreadings(lines)
+        if misread >= max(1, LONG_S_SHARE * words):
             return True, None
-        if len(lines) <= SMALL_LINES and latin_letters(lines):
+        if (misread or len(lines) <= SMALL_LINES) and latin_letters(lines):  # a hint, or too few words for one
             theirs = self._reader.read(rgb)
             return has_fraktur_letters(theirs), theirs
         return False, None
