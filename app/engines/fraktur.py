@@ -218,7 +218,8 @@ class FrakturPass:
 
     def finds(self, rgb, lines: list[TextLine]) -> tuple[bool, Optional[list[TextLine]]]:
         """(Fraktur?, Tesseract's reading where the finding made one) for `lang=auto`: the long-s test on
-        PP-OCR's words, and on a line image or snippet of Latin letters, Tesseract's look for Fraktur letters."""
+        PP-OCR's words; then, on a line image or snippet of Latin letters, or a page where that test found a
+        hint but no proof (some misreadings, under LONG_S_SHARE), Tesseract's look for Fraktur letters."""
         if not lines:
             return False, None
         misread, words = self._spelling.long_s_misreadings(lines)
