@@ -150,6 +150,19 @@ def test_a_page_with_one_long_s_misreading_too_few_to_prove_it_is_looked_at_and_
     assert not found and reading  # looked at, not Fraktur
 
 
+def test_tesseract_reads_a_strip_of_two_lines_as_two_lines():
+    """A strip under 192 px high and four times as wide is read as one block, not one line: as one line,
+    this strip of two blackletter lines came back empty."""
+    from app.engines.tesseract import TesseractReader
+    from app.testkit.fraktur_pages import TALES, set_page
+
+    strip, text = set_page(TALES[2], width=1400)
+    assert strip.shape[0] < 192 and strip.shape[1] > 4 * strip.shape[0] and text.count("\n") == 1
+    lines = TesseractReader(tessdata_dir(Settings().tesseract.tessdata_dir), "Fraktur", 1).read(strip)
+    assert len(lines) == 2
+    assert edits(text.replace("\n", " "), " ".join(line.text for line in lines)) <= 0.1 * len(text)
+
+
 # -- over HTTP --
 
 def ocr(client, png: bytes, **params):

@@ -73,9 +73,12 @@ class TesseractReader:
         try:
             api.SetImage(Image.fromarray(np.ascontiguousarray(rgb)).convert("L"))
             api.SetSourceResolution(SOURCE_DPI)
-            # A strip one line high is a line: Tesseract's page layout finds nothing in some.
-            single = rgb.shape[0] < 3 * 64 and rgb.shape[1] > 4 * rgb.shape[0]
-            api.SetPageSegMode(tesserocr.PSM.SINGLE_LINE if single else tesserocr.PSM.AUTO)
+            # A strip a line or two high is one block of text: Tesseract's page layout finds nothing in
+            # some. SINGLE_BLOCK, not SINGLE_LINE: read as one line, a strip of two lines came back empty
+            # (a blackletter strip of two lines, 1400x182: 243 edits of 243, 5 as a block; the devset's ten
+            # line images read alike either way).
+            strip = rgb.shape[0] < 3 * 64 and rgb.shape[1] > 4 * rgb.shape[0]
+            api.SetPageSegMode(tesserocr.PSM.SINGLE_BLOCK if strip else tesserocr.PSM.AUTO)
             api.Recognize()
             return _lines(api.GetIterator())
         finally:
